@@ -1,0 +1,23 @@
+"""`faultfinder bench …`: run attributors over datasets, replay datasets as OTLP, load-test ingest."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group(name="bench")
+def bench() -> None:
+    """Benchmarks: score attributors, replay datasets through OTLP, measure ingest."""
+
+
+def _register() -> None:
+    from faultfinder.benchmarks.ingest import ingest_command
+    from faultfinder.benchmarks.replay import replay_command
+    from faultfinder.benchmarks.run import run_command
+
+    bench.add_command(run_command)
+    bench.add_command(replay_command)
+    bench.add_command(ingest_command)
+
+
+_register()

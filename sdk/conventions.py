@@ -1,0 +1,116 @@
+"""Every span attribute name faultfinder reads or writes.
+
+Three dialects are understood at ingest, in this priority order: faultfinder's own
+names (below, under the `faultfinder.` prefix, only where the standards are silent),
+the OpenTelemetry GenAI semantic conventions, and OpenInference.
+"""
+
+from typing import Final
+
+# --- faultfinder's own (a thin superset where the standards say nothing) -------------
+
+RUN_ID: Final = "faultfinder.run.id"
+"""Overrides the run a span belongs to (default: its trace id)."""
+RUN_TASK: Final = "faultfinder.run.task"
+"""The task or query the run was asked to solve (on the root span)."""
+RUN_OUTCOME: Final = "faultfinder.run.outcome"
+"""`success` or `failure`: the run's verdict, on the root span or posted later."""
+RUN_OUTCOME_REASON: Final = "faultfinder.run.outcome_reason"
+"""Why the run failed, when known (a grader's message)."""
+RUN_GROUND_TRUTH: Final = "faultfinder.run.ground_truth"
+"""The correct answer to the task, when known."""
+RUN_FINAL_ANSWER: Final = "faultfinder.run.final_answer"
+"""The answer the run produced."""
+RUN_FRAMEWORK: Final = "faultfinder.run.framework"
+"""The agent framework that produced the run (e.g. `magentic-one`, `ag2`)."""
+
+STEP_INDEX: Final = "faultfinder.step.index"
+"""Explicit 0-based position of the step in its run; wins over time order."""
+STEP_KIND: Final = "faultfinder.step.kind"
+"""One of message, llm, tool, handoff, human, system."""
+STEP_ROLE: Final = "faultfinder.step.role"
+"""The source's own role label for the step, e.g. `Orchestrator (thought)`."""
+STEP_CONTENT: Final = "faultfinder.step.content"
+"""The step's text when no standard attribute carries it."""
+
+LABEL_AGENT: Final = "faultfinder.label.agent"
+"""Gold label: the agent responsible for the failure (benchmarks, human review)."""
+LABEL_STEP: Final = "faultfinder.label.step"
+"""Gold label: the 0-based decisive step."""
+LABEL_REASON: Final = "faultfinder.label.reason"
+"""Gold label: why that step is decisive."""
+
+DATASET_NAME: Final = "faultfinder.dataset.name"
+"""Benchmark dataset a replayed run comes from (e.g. `who_and_when`)."""
+DATASET_RECORD: Final = "faultfinder.dataset.record"
+"""Benchmark record id of a replayed run (e.g. `algorithm-generated/1`)."""
+
+PROJECT_NAME: Final = "faultfinder.project.name"
+"""Resource attribute naming the project; the `x-project-name` header wins."""
+PROJECT_HEADER: Final = "x-project-name"
+"""HTTP/gRPC metadata header naming the project."""
+
+# --- OpenTelemetry GenAI semantic conventions ----------------------------------------
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+"""invoke_agent, create_agent, execute_tool, chat, text_completion, embeddings, ..."""
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+"""Human-readable name of the agent."""
+GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
+"""Unique id of the agent."""
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+"""Groups the spans of one conversation (session) across traces."""
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+"""JSON list of input messages `[{role, parts: [{type, content}]}]`."""
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""JSON list of output messages `[{role, parts: [{type, content}], finish_reason}]`."""
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+"""JSON list of system instruction parts."""
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+"""Name of the tool executed."""
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+"""Id of the tool call."""
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+"""Arguments passed to the tool (JSON string)."""
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+"""Result returned by the tool."""
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+"""Model requested."""
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""Prompt tokens used."""
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+"""Completion tokens used."""
+ERROR_TYPE: Final = "error.type"
+"""Class of error the operation ended with."""
+
+# Values of gen_ai.operation.name
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_CREATE_AGENT: Final = "create_agent"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+OP_CHAT: Final = "chat"
+OP_TEXT_COMPLETION: Final = "text_completion"
+OP_GENERATE_CONTENT: Final = "generate_content"
+OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
+
+# --- OpenInference -------------------------------------------------------------------
+
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+"""AGENT, CHAIN, LLM, TOOL, RETRIEVER, EMBEDDING, RERANKER, GUARDRAIL, EVALUATOR."""
+OI_AGENT_NAME: Final = "agent.name"
+"""Name of the agent the span belongs to."""
+OI_GRAPH_NODE_ID: Final = "graph.node.id"
+"""Node id in an agent graph (LangGraph and friends)."""
+OI_INPUT_VALUE: Final = "input.value"
+"""Input of the span as text or JSON."""
+OI_OUTPUT_VALUE: Final = "output.value"
+"""Output of the span as text or JSON."""
+OI_LLM_INPUT_MESSAGES: Final = "llm.input_messages"
+"""Prefix: `llm.input_messages.N.message.role` / `.content`."""
+OI_LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
+"""Prefix: `llm.output_messages.N.message.role` / `.content`."""
+OI_TOOL_NAME: Final = "tool.name"
+"""Name of the tool."""
+OI_TOOL_PARAMETERS: Final = "tool.parameters"
+"""Tool parameters (JSON)."""
+OI_SESSION_ID: Final = "session.id"
+"""Session id grouping traces."""
