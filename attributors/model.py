@@ -86,6 +86,19 @@ class Trajectory(BaseModel):
         """Distinct agents in order of first appearance."""
         return tuple(dict.fromkeys(step.agent for step in self.steps))
 
+    @property
+    def roster(self) -> tuple[str, ...]:
+        """The system's agents: `metadata["roster"]` when the framework's team is known
+        (it may include agents that never spoke in this run), else the agents seen."""
+        declared = self.metadata.get("roster")
+        if (
+            isinstance(declared, list | tuple)
+            and declared
+            and all(isinstance(name, str) for name in declared)
+        ):
+            return tuple(dict.fromkeys(declared))
+        return self.agents
+
     def __len__(self) -> int:
         return len(self.steps)
 
@@ -178,7 +191,7 @@ def validate_against(attribution: Attribution, trajectory: Trajectory) -> str | 
     assert attribution.step is not None and attribution.agent is not None
     if not 0 <= attribution.step < len(trajectory):
         return f"step {attribution.step} is outside 0..{len(trajectory) - 1}"
-    known = {normalise_agent(a) for a in trajectory.agents}
+    known = {normalise_agent(a) for a in (*trajectory.agents, *trajectory.roster)}
     if normalise_agent(attribution.agent) not in known:
         return f"agent {attribution.agent!r} is not one of {list(trajectory.agents)}"
     return None

@@ -17,6 +17,11 @@ from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 
 DATASETS_DIR_ENV = "FAULTFINDER_DATASETS_DIR"
 
+# Magentic-One's fixed team, as its agents are named in the Hand-Crafted logs (the
+# Coder speaks as "Assistant"). Algorithm-Generated teams are built per task, so
+# their roster is the agents that appear in the run.
+MAGENTIC_ONE_ROSTER = ("Orchestrator", "WebSurfer", "FileSurfer", "Assistant", "ComputerTerminal")
+
 WHO_AND_WHEN = "who_and_when"
 WHO_AND_WHEN_PRO = "who_and_when_pro"
 
@@ -317,6 +322,7 @@ def load_who_and_when_record(path: Path, subset: str) -> BenchmarkRecord:
             "question_id": fields.string("question_ID"),
             "level": level,
             "framework": "magentic-one" if hand_crafted else "ag2",
+            **({"roster": list(MAGENTIC_ONE_ROSTER)} if hand_crafted else {}),
         },
     )
     return BenchmarkRecord(WHO_AND_WHEN, subset, record_id, trajectory, gold)

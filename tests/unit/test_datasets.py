@@ -474,3 +474,15 @@ def test_a_file_that_is_not_a_record_number_is_refused(broken_root: Path) -> Non
     write_json(broken_root / "who_and_when" / "Hand-Crafted" / "notes.json", {})
     with pytest.raises(DatasetError, match=r"notes\.json: file name must be a record number"):
         load_broken(broken_root)
+
+
+def test_roster_is_the_magentic_one_team_for_hand_crafted_and_the_speakers_for_ag() -> None:
+    hand_crafted = next(iter(load_dataset("who_and_when:hand-crafted")))
+    assert hand_crafted.trajectory.roster == (
+        "Orchestrator", "WebSurfer", "FileSurfer", "Assistant", "ComputerTerminal",
+    )  # fmt: skip
+    # The human who asked is not a member of the team the random baseline draws from.
+    assert "human" in hand_crafted.trajectory.agents
+    assert "human" not in hand_crafted.trajectory.roster
+    generated = next(iter(load_dataset("who_and_when:algorithm-generated")))
+    assert generated.trajectory.roster == generated.trajectory.agents

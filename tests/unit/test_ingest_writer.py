@@ -47,7 +47,9 @@ class RecordingStore:
 
 async def test_acknowledgement_comes_after_the_spans_are_stored() -> None:
     store = RecordingStore()
-    async with SpanWriter(store.write, max_queued_spans=1000, max_batch_spans=500, ack_timeout=5) as writer:
+    async with SpanWriter(
+        store.write, max_queued_spans=1000, max_batch_spans=500, ack_timeout=5
+    ) as writer:
         await writer.submit(spans(10))
         assert len(store.stored) == 10
         assert writer.counters.spans_stored == 10
@@ -56,7 +58,9 @@ async def test_acknowledgement_comes_after_the_spans_are_stored() -> None:
 async def test_concurrent_requests_share_transactions() -> None:
     store = RecordingStore()
     store.gate.clear()
-    async with SpanWriter(store.write, max_queued_spans=10_000, max_batch_spans=5_000, ack_timeout=5) as writer:
+    async with SpanWriter(
+        store.write, max_queued_spans=10_000, max_batch_spans=5_000, ack_timeout=5
+    ) as writer:
         requests = [asyncio.create_task(writer.submit(spans(100, trace=t))) for t in range(20)]
         await asyncio.sleep(0.05)
         store.gate.set()
@@ -69,7 +73,9 @@ async def test_concurrent_requests_share_transactions() -> None:
 async def test_a_full_queue_refuses_at_once_and_keeps_what_it_holds() -> None:
     store = RecordingStore()
     store.gate.clear()
-    async with SpanWriter(store.write, max_queued_spans=250, max_batch_spans=100, ack_timeout=5) as writer:
+    async with SpanWriter(
+        store.write, max_queued_spans=250, max_batch_spans=100, ack_timeout=5
+    ) as writer:
         first = asyncio.create_task(writer.submit(spans(200, trace=1)))
         await asyncio.sleep(0.01)
         with pytest.raises(IngestSaturatedError, match="queue full"):
@@ -84,7 +90,11 @@ async def test_store_failures_are_retried_without_losing_spans() -> None:
     store = RecordingStore()
     store.failures_left = 3
     async with SpanWriter(
-        store.write, max_queued_spans=1000, max_batch_spans=500, ack_timeout=5, retry_backoff=(0.001, 0.01)
+        store.write,
+        max_queued_spans=1000,
+        max_batch_spans=500,
+        ack_timeout=5,
+        retry_backoff=(0.001, 0.01),
     ) as writer:
         await writer.submit(spans(50))
     assert len(store.stored) == 50

@@ -68,14 +68,29 @@ def test_dockerfile_installs_the_project_and_enters_the_console_script() -> None
 @pytest.mark.slow
 def test_wheel_has_only_the_faultfinder_namespace(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-         "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         check=True,
     )
     (wheel,) = tmp_path.glob("faultfinder-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names}
-    assert top_level == {"faultfinder", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    assert top_level == {
+        "faultfinder",
+        f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
+    }
     for part in ("attributors", "server", "sdk", "benchmarks"):
         assert f"faultfinder/{part}/__init__.py" in names
-    assert "faultfinder/server/db/alembic.ini" in names or not (ROOT / "server/db/alembic.ini").exists()
+    assert (
+        "faultfinder/server/db/alembic.ini" in names
+        or not (ROOT / "server/db/alembic.ini").exists()
+    )

@@ -1,0 +1,281 @@
+"""Zero-LLM attributors: the uniform random baseline and the first-error heuristic.
+
+Both are reference points for the LLM methods: `random` mirrors the published random
+baseline, `first_error` is the cheap rule described in ATTRIBUTORS.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+from faultfinder.attributors.base import AttributeOptions, register
+from faultfinder.attributors.model import (
+    Attribution,
+    Candidate,
+    Step,
+    StepKind,
+    StepStatus,
+    Trajectory,
+    normalise_agent,
+)
+
+__all__ = ["ErrorSignal", "FirstError", "RandomAttributor", "error_signals", "is_acting_step"]
+
+
+def _record_rng(seed: int | None, run_id: str) -> random.Random:
+    """A generator for one trajectory: with a seed, the draw depends only on (seed, run id).
+
+    Deriving the stream per run keeps results identical whatever order or concurrency
+    the benchmark uses to visit the records.
+    """
+    if seed is None:
+        return random.Random()
+    digest = hashlib.sha256(f"{seed}\x00{run_id}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+@register("random")
+class RandomAttributor:
+    """Uniform agent among the system's agents and, independently, a uniform step.
+
+    This is the random baseline of the Who&When paper; its expected accuracy on a
+    record is 1/#agents (agent) and 1/#steps (step). The agents are the system's
+    roster where the framework's team is known (`Trajectory.roster`), else the
+    agents seen in the run.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+
+    async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
+        if not trajectory.steps:
+            return Attribution.failed(self.name, "the trajectory has no steps")
+        seed = options.seed if options.seed is not None else self.seed
+        rng = _record_rng(seed, trajectory.run_id)
+        agents = trajectory.roster
+        agent = agents[rng.randrange(len(agents))]
+        step = rng.randrange(len(trajectory.steps))
+        share = 1.0 / len(trajectory.steps)
+        return Attribution(
+            method=self.name,
+            agent=agent,
+            step=step,
+            reason="uniform random choice of agent and step (baseline)",
+            confidence=share,
+            candidates=tuple(
+                Candidate(step=s.index, agent=s.agent, score=share) for s in trajectory.steps
+            ),
+            used_ground_truth=False,
+            llm_calls=0,
+            details={"seed": seed, "agents": len(agents), "steps": len(trajectory.steps)},
+        )
+
+
+# --- first-error heuristic -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ErrorSignal:
+    """Evidence that a step's content shows an error."""
+
+    label: str
+    strength: float
+    """How unambiguous the signal is, in (0, 1]."""
+    excerpt: str = ""
+
+
+# Fixed a priori from the method description (exceptions, tracebacks, "failed",
+# "not found", "unable to", HTTP 4xx/5xx, non-zero exit codes, empty tool results);
+# strengths rank how unambiguous each signal is, not how often it hits a label.
+_TEXT_SIGNALS: tuple[tuple[str, float, re.Pattern[str]], ...] = (
+    ("traceback", 1.0, re.compile(r"Traceback \(most recent call last\)")),
+    ("non-zero exit code", 1.0, re.compile(r"exit\s*code:?\s*-?[1-9]\d*", re.IGNORECASE)),
+    ("exception raised", 0.9, re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:")),
+    ("error message", 0.9, re.compile(r"\berror:", re.IGNORECASE)),
+    (
+        "HTTP error status",
+        0.8,
+        re.compile(
+            r"\b(?:HTTP(?:/\d(?:\.\d)?)?|status(?:\s+code)?:?)\s*[45]\d\d\b"
+            r"|\b[45]\d\d\s+(?:Client|Server)\s+Error\b",
+            re.IGNORECASE,
+        ),
+    ),
+    ("exception", 0.7, re.compile(r"\bexception\b", re.IGNORECASE)),
+    ("failed", 0.7, re.compile(r"\bfail(?:ed|s|ure)\b", re.IGNORECASE)),
+    ("not found", 0.5, re.compile(r"\bnot\s+found\b", re.IGNORECASE)),
+    ("unable to", 0.5, re.compile(r"\bunable\s+to\b", re.IGNORECASE)),
+    ("cannot", 0.5, re.compile(r"\b(?:cannot|can't|can not|could not|couldn't)\b", re.IGNORECASE)),
+)
+
+_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+# An AutoGen-style terminal result "Code output:" with nothing after it is an empty result.
+_EMPTY_CODE_OUTPUT = re.compile(r"Code output:\s*\Z", re.IGNORECASE)
+
+# Actors that report what happened rather than decide what to do.
+_OUTPUT_KINDS = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
+_ACTING_KINDS = frozenset({StepKind.MESSAGE, StepKind.LLM, StepKind.HANDOFF})
+_OUTPUT_AGENT_NAMES = frozenset({"human", "user", "system", "tool", "terminal"})
+
+
+def _is_output_agent(agent: str) -> bool:
+    name = normalise_agent(agent)
+    return name in _OUTPUT_AGENT_NAMES or name.endswith("terminal")
+
+
+def is_acting_step(step: Step) -> bool:
+    """Whether an agent decided this step (as opposed to a tool, terminal or human reporting)."""
+    return step.kind in _ACTING_KINDS and not _is_output_agent(step.agent)
+
+
+def _observed_text(step: Step, task: str) -> str:
+    text: str = step.content
+    if step.tool_result:
+        text = f"{text}\n{step.tool_result}"
+    if step.error:
+        text = f"{text}\n{step.error}"
+    # Quoting the task is not an error the run produced.
+    if task and len(task) > 20:
+        text = text.replace(task, " ")
+    if is_acting_step(step):
+        # Code an agent writes (try/except, error handling) is a plan, not an observed error.
+        text = _CODE_BLOCK.sub(" ", text)
+    return text
+
+
+def error_signals(step: Step, task: str = "") -> list[ErrorSignal]:
+    """The error signals visible in one step, strongest first."""
+    found: list[ErrorSignal] = []
+    if step.status is StepStatus.ERROR or step.error:
+        found.append(ErrorSignal("step status error", 1.0, (step.error or "")[:120]))
+    text = _observed_text(step, task)
+    for label, strength, pattern in _TEXT_SIGNALS:
+        match = pattern.search(text)
+        if match:
+            start = max(0, match.start() - 40)
+            excerpt = " ".join(text[start : match.end() + 40].split())
+            found.append(ErrorSignal(label, strength, excerpt))
+    if not is_acting_step(step):
+        result = step.tool_result if step.tool_result is not None else step.content
+        if step.kind is StepKind.TOOL and not result.strip():
+            found.append(ErrorSignal("empty tool result", 0.6))
+        elif _EMPTY_CODE_OUTPUT.search(result.rstrip()):
+            found.append(ErrorSignal("empty tool result", 0.6, "Code output: (empty)"))
+    found.sort(key=lambda signal: -signal.strength)
+    return found
+
+
+def _responsible_step(trajectory: Trajectory, index: int) -> int | None:
+    """The acting step answerable for step `index`: itself, or the nearest earlier acting step."""
+    for position in range(index, -1, -1):
+        if is_acting_step(trajectory.steps[position]):
+            return position
+    return None
+
+
+@register("first_error")
+class FirstError:
+    """Blame the first step whose content shows an error, moved back to the acting agent.
+
+    Rules (fixed from the method description, not fitted to labelled data):
+
+    * A step shows an error if its status is error or its text matches one of the
+      error signals (traceback, non-zero exit code, `XError:`/`Error:`, HTTP 4xx/5xx,
+      "exception", "failed", "not found", "unable to", "cannot"/"could not", or an
+      empty tool result). Code blocks inside an agent's own message and text quoted
+      from the task are ignored: they are plans and inputs, not observations.
+    * If that step is output of a tool, terminal or human, the blame moves to the
+      nearest earlier acting step (message/LLM/handoff of a non-tool agent). Signals
+      before the first acting step have no one to blame and are skipped.
+    * Fallback when no step shows an error: the first acting step, in keeping with
+      the method's premise that the decisive error is the earliest one.
+
+    Candidates are every acting step, ranked in three bands: the blamed step
+    (0.7-1.0), other acting steps answerable for an error signal (0.3-0.7, by
+    strength), acting steps with no signal (0-0.3, earlier first). Confidence is
+    the signal strength halved — the rule is uncalibrated — and 0.1 for the fallback.
+    """
+
+    name = "first_error"
+
+    async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
+        if not trajectory.steps:
+            return Attribution.failed(self.name, "the trajectory has no steps")
+        acting = [step.index for step in trajectory.steps if is_acting_step(step)]
+        if not acting:
+            return Attribution.failed(self.name, "the trajectory has no acting agent step")
+
+        # For each acting step, the strongest signal it is answerable for.
+        answerable: dict[int, tuple[ErrorSignal, int]] = {}
+        first: tuple[int, ErrorSignal, int] | None = None
+        for step in trajectory.steps:
+            signals = error_signals(step, trajectory.task)
+            if not signals:
+                continue
+            owner = _responsible_step(trajectory, step.index)
+            if owner is None:
+                continue
+            strongest = signals[0]
+            if owner not in answerable or answerable[owner][0].strength < strongest.strength:
+                answerable[owner] = (strongest, step.index)
+            if first is None:
+                first = (owner, strongest, step.index)
+
+        if first is not None:
+            blamed, signal, seen_at = first
+            where = "its own step" if seen_at == blamed else f"step {seen_at}"
+            reason = f"first error signal ({signal.label}) appears in {where}"
+            if signal.excerpt:
+                reason += f": {signal.excerpt!r}"
+            confidence = 0.5 * signal.strength
+            rule = "first-error"
+        else:
+            blamed = acting[0]
+            reason = "no step shows an error; blaming the first acting step"
+            confidence = 0.1
+            rule = "fallback-first-acting-step"
+
+        candidates = self._rank(trajectory, acting, answerable, blamed)
+        return Attribution(
+            method=self.name,
+            agent=trajectory.steps[blamed].agent,
+            step=blamed,
+            reason=reason,
+            confidence=confidence,
+            candidates=candidates,
+            used_ground_truth=False,
+            llm_calls=0,
+            details={"rule": rule, "error_steps": sorted(answerable)},
+        )
+
+    @staticmethod
+    def _rank(
+        trajectory: Trajectory,
+        acting: list[int],
+        answerable: dict[int, tuple[ErrorSignal, int]],
+        blamed: int,
+    ) -> tuple[Candidate, ...]:
+        n = len(trajectory.steps)
+        scored: list[Candidate] = []
+        for index in acting:
+            agent = trajectory.steps[index].agent
+            if index in answerable:
+                signal, seen_at = answerable[index]
+                band = 0.7 if index == blamed else 0.3
+                score = band + 0.3 * signal.strength
+                evidence = f"{signal.label} at step {seen_at}"
+                if signal.excerpt:
+                    evidence += f": {signal.excerpt}"
+            else:
+                score = 0.7 + 0.3 * 1.0 if index == blamed else 0.3 * (1.0 - index / n)
+                evidence = "fallback: first acting step" if index == blamed else ""
+            scored.append(
+                Candidate(step=index, agent=agent, score=round(score, 6), evidence=evidence)
+            )
+        scored.sort(key=lambda candidate: (-candidate.score, candidate.step))
+        return tuple(scored)

@@ -1,0 +1,238 @@
+"""The zero-LLM attributors: first_error's blame rules and the seeded random baseline."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from faultfinder.attributors.base import AttributeOptions, get_attributor
+from faultfinder.attributors.heuristics import FirstError, RandomAttributor
+from faultfinder.attributors.model import (
+    Attribution,
+    AttributionStatus,
+    Step,
+    StepKind,
+    StepStatus,
+    Trajectory,
+    validate_against,
+)
+
+OPTIONS = AttributeOptions()
+
+
+def trajectory(*steps: tuple[str, StepKind, str], **fields: object) -> Trajectory:
+    return Trajectory(
+        run_id=str(fields.pop("run_id", "run-1")),
+        steps=tuple(
+            Step(index=i, agent=agent, kind=kind, content=content)
+            for i, (agent, kind, content) in enumerate(steps)
+        ),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+CODER_THEN_CRASH = trajectory(
+    ("human", StepKind.HUMAN, "How many rows does data.csv have?"),
+    ("Planner", StepKind.MESSAGE, "Plan: the coder loads the file and counts rows."),
+    (
+        "Coder",
+        StepKind.MESSAGE,
+        "```python\nimport pandas as pd\nprint(len(pd.read_csv('d.csv')))\n```",
+    ),
+    (
+        "Computer_terminal",
+        StepKind.TOOL,
+        "exitcode: 1 (execution failed)\nTraceback (most recent call last):\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: 'd.csv'",
+    ),
+    ("Coder", StepKind.MESSAGE, "Fixed the file name.\n```python\nprint(3)\n```"),
+    ("Computer_terminal", StepKind.TOOL, "exitcode: 0 (execution succeeded)\nCode output: 3"),
+    ("Planner", StepKind.MESSAGE, "The answer is 3. TERMINATE"),
+)
+
+
+async def test_first_error_blames_the_agent_whose_code_failed_in_the_terminal() -> None:
+    result = await FirstError().attribute(CODER_THEN_CRASH, OPTIONS)
+
+    assert result.status is AttributionStatus.OK
+    assert (result.agent, result.step) == ("Coder", 2)
+    assert result.llm_calls == 0
+    assert 0.0 <= result.confidence <= 1.0
+    assert "step 3" in result.reason
+    top = result.candidates[0]
+    assert (top.step, top.agent) == (2, "Coder")
+    assert "step 3" in top.evidence
+    # Every acting step is ranked, none of the tool or human outputs.
+    assert sorted(c.step for c in result.candidates) == [1, 2, 4, 6]
+    assert [c.score for c in result.candidates] == sorted(
+        (c.score for c in result.candidates), reverse=True
+    )
+
+
+async def test_first_error_recognises_a_terminal_by_name_when_the_kind_says_message() -> None:
+    # Loaders of chat logs may record the terminal as an ordinary speaker.
+    steps = [
+        Step(index=s.index, agent=s.agent, kind=StepKind.MESSAGE, content=s.content)
+        for s in CODER_THEN_CRASH.steps
+    ]
+    result = await FirstError().attribute(
+        CODER_THEN_CRASH.model_copy(update={"steps": tuple(steps)}), OPTIONS
+    )
+    assert (result.agent, result.step) == ("Coder", 2)
+
+
+async def test_first_error_blames_an_agent_that_reports_an_error_itself() -> None:
+    run = trajectory(
+        ("Orchestrator", StepKind.HANDOFF, "WebSurfer, open the county records page."),
+        (
+            "WebSurfer",
+            StepKind.MESSAGE,
+            "I opened the page; it returned HTTP 404 (page not found).",
+        ),
+        ("Orchestrator", StepKind.MESSAGE, "Then the answer is 12."),
+    )
+    result = await FirstError().attribute(run, OPTIONS)
+    assert (result.agent, result.step) == ("WebSurfer", 1)
+    assert result.details["rule"] == "first-error"
+
+
+async def test_first_error_uses_status_and_empty_tool_results() -> None:
+    status_run = Trajectory(
+        run_id="status",
+        steps=(
+            Step(index=0, agent="Planner", kind=StepKind.LLM, content="call the search tool"),
+            Step(index=1, agent="search", kind=StepKind.TOOL, status=StepStatus.ERROR),
+            Step(index=2, agent="Planner", kind=StepKind.MESSAGE, content="answer: 4"),
+        ),
+    )
+    empty_run = trajectory(
+        ("Planner", StepKind.MESSAGE, "Looks fine so far."),
+        ("Analyst", StepKind.MESSAGE, "Querying the table."),
+        ("sql", StepKind.TOOL, "   "),
+        ("Analyst", StepKind.MESSAGE, "So the answer is 4."),
+    )
+    assert (await FirstError().attribute(status_run, OPTIONS)).step == 0
+    empty = await FirstError().attribute(empty_run, OPTIONS)
+    assert (empty.agent, empty.step) == ("Analyst", 1)
+    assert "empty tool result" in empty.candidates[0].evidence
+
+
+async def test_first_error_ignores_error_handling_code_and_falls_back_to_first_acting_step() -> (
+    None
+):
+    run = trajectory(
+        ("human", StepKind.HUMAN, "Sum the column."),
+        ("Planner", StepKind.MESSAGE, "The coder should sum the column."),
+        (
+            "Coder",
+            StepKind.MESSAGE,
+            "```python\ntry:\n    total = 7\nexcept Exception as e:\n    print('Error:', e)\n```",
+        ),
+        ("Computer_terminal", StepKind.TOOL, "exitcode: 0 (execution succeeded)\nCode output: 7"),
+        ("Planner", StepKind.MESSAGE, "The total is 7."),
+    )
+    result = await FirstError().attribute(run, OPTIONS)
+    assert (result.agent, result.step) == ("Planner", 1)
+    assert result.details["rule"] == "fallback-first-acting-step"
+    assert result.confidence < 0.5
+
+
+async def test_first_error_ignores_error_words_quoted_from_the_task() -> None:
+    task = "Find which of the listed files could not be found on the server and report it."
+    run = trajectory(
+        ("Planner", StepKind.MESSAGE, f"Task: {task}\nLet us list the files."),
+        ("Checker", StepKind.MESSAGE, "Request failed: the server refused the listing."),
+        task=task,
+    )
+    result = await FirstError().attribute(run, OPTIONS)
+    assert (result.agent, result.step) == ("Checker", 1)
+
+
+@pytest.mark.parametrize("name", ["random", "first_error"])
+async def test_empty_trajectory_gives_a_failed_attribution(name: str) -> None:
+    result = await get_attributor(name).attribute(Trajectory(run_id="empty"), OPTIONS)
+    assert result.status is AttributionStatus.FAILED
+    assert result.failure_reason and "no steps" in result.failure_reason
+
+
+async def test_first_error_fails_cleanly_when_no_agent_acts() -> None:
+    run = trajectory(("human", StepKind.HUMAN, "hi"), ("shell", StepKind.TOOL, "Error: boom"))
+    result = await FirstError().attribute(run, OPTIONS)
+    assert result.status is AttributionStatus.FAILED
+
+
+async def test_random_is_reproducible_per_seed_and_within_range() -> None:
+    run = CODER_THEN_CRASH
+    first = await RandomAttributor().attribute(run, AttributeOptions(seed=7))
+    again = await RandomAttributor().attribute(run, AttributeOptions(seed=7))
+    by_constructor = await RandomAttributor(seed=7).attribute(run, AttributeOptions())
+    assert (first.agent, first.step) == (again.agent, again.step)
+    assert (by_constructor.agent, by_constructor.step) == (first.agent, first.step)
+    assert first.llm_calls == 0 and not first.used_ground_truth
+    assert len(first.candidates) == len(run)
+    assert len({c.score for c in first.candidates}) == 1
+
+    draws = [await RandomAttributor().attribute(run, AttributeOptions(seed=s)) for s in range(3000)]
+    for draw in draws:
+        assert validate_against(draw, run) is None
+    agents = Counter(d.agent for d in draws)
+    steps = Counter(d.step for d in draws)
+    assert set(agents) == set(run.agents)
+    assert set(steps) == set(range(len(run)))
+    # Uniform over 4 agents and 7 steps: each share is within a few binomial std errors.
+    for count in agents.values():
+        assert abs(count / 3000 - 1 / 4) < 0.04
+    for count in steps.values():
+        assert abs(count / 3000 - 1 / 7) < 0.03
+
+
+async def test_random_draw_does_not_depend_on_visiting_order() -> None:
+    runs = [CODER_THEN_CRASH.model_copy(update={"run_id": f"r{i}"}) for i in range(20)]
+    forward = [await RandomAttributor().attribute(r, AttributeOptions(seed=3)) for r in runs]
+    backward = [await RandomAttributor().attribute(r, AttributeOptions(seed=3)) for r in runs[::-1]]
+    assert [(a.agent, a.step) for a in forward] == [(a.agent, a.step) for a in backward[::-1]]
+    assert len({(a.agent, a.step) for a in forward}) > 1
+
+
+_kinds = st.sampled_from(list(StepKind))
+_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["Planner", "Coder", "Computer_terminal", "human", "tool", ""]),
+        _kinds,
+        st.text(max_size=60) | st.sampled_from(["Error: x", "```", "exit code 3", "HTTP 503"]),
+        st.sampled_from(list(StepStatus)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_steps)
+def test_attributors_never_raise_and_stay_inside_the_trajectory(
+    raw: list[tuple[str, StepKind, str, StepStatus]],
+) -> None:
+    import anyio
+
+    run = Trajectory(
+        run_id="prop",
+        steps=tuple(
+            Step(index=i, agent=a, kind=k, content=c, status=s)
+            for i, (a, k, c, s) in enumerate(raw)
+        ),
+    )
+
+    async def both() -> list[Attribution]:
+        return [
+            await FirstError().attribute(run, OPTIONS),
+            await RandomAttributor(seed=1).attribute(run, OPTIONS),
+        ]
+
+    for result in anyio.run(both):
+        assert 0.0 <= result.confidence <= 1.0
+        if result.status is AttributionStatus.OK:
+            assert validate_against(result, run) is None
+        else:
+            assert result.failure_reason
