@@ -1,0 +1,45 @@
+"""The server part's exceptions, one tree so that each maps to one HTTP/gRPC answer.
+
+    ServerError                       base of everything the server raises on purpose
+    └── RequestError                  the client sent something we cannot take (not retryable)
+        ├── DecodeError(ValueError)   undecodable OTLP body: bad protobuf/JSON/ids → 400
+        │   └── UnsupportedEncodingError   unknown Content-Encoding → 400
+        └── BodyTooLargeError         body larger than allowed once decompressed → 413
+
+Retryable conditions (a full ingest queue, a slow store) live beside the ingest
+pipeline in `server/ingest.py` and answer 503.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BodyTooLargeError",
+    "DecodeError",
+    "RequestError",
+    "ServerError",
+    "UnsupportedEncodingError",
+]
+
+
+class ServerError(Exception):
+    """Base of the server's deliberate exceptions."""
+
+
+class RequestError(ServerError):
+    """The request itself is at fault; sending it again will not help."""
+
+
+class DecodeError(RequestError, ValueError):
+    """An OTLP request body cannot be decoded; the message says where it went wrong."""
+
+
+class UnsupportedEncodingError(DecodeError):
+    """The body uses a Content-Encoding other than gzip, deflate or identity."""
+
+
+class BodyTooLargeError(RequestError):
+    """The body exceeds the size limit after decompression (a zip bomb, or simply too big)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body exceeds {limit} bytes once decompressed")
+        self.limit = limit

@@ -1,0 +1,341 @@
+"""OTLP trace requests (protobuf, JSON, gRPC messages) → `SpanRecord`s, and the replies.
+
+Every undecodable body raises `DecodeError` (never another exception type); spans that
+are individually invalid are dropped and counted for an OTLP partial-success reply.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.protobuf.message import Error as ProtobufError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from faultfinder.sdk import conventions as c
+from faultfinder.server.errors import BodyTooLargeError, DecodeError, UnsupportedEncodingError
+from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord, StatusCode
+
+__all__ = [
+    "DEFAULT_PROJECT",
+    "BodyTooLargeError",
+    "DecodeError",
+    "DecodedBatch",
+    "UnsupportedEncodingError",
+    "decode_json",
+    "decode_protobuf",
+    "decode_request",
+    "decompress",
+    "encode_response",
+]
+
+DEFAULT_PROJECT = "default"
+"""Project of spans whose request names none (no header, no resource attribute)."""
+
+_TRACE_ID_BYTES = 16
+_SPAN_ID_BYTES = 8
+_MAX_REASONS = 3
+"""Distinct rejection reasons quoted in the partial-success message."""
+
+# Exceptions that the protobuf and JSON parsers (and our walk over their output) raise
+# on hostile input; all of them mean "this body cannot be decoded".
+_GARBAGE = (
+    ProtobufError,
+    json_format.ParseError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    RecursionError,
+    OverflowError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """The valid spans of one request, and how many were rejected and why."""
+
+    spans: list[SpanRecord]
+    rejected: int = 0
+    error_message: str = ""
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Rejected spans by reason, e.g. `{"trace_id is 5 bytes, expected 16": 1}`."""
+
+
+# --- decompression ----------------------------------------------------------------------
+
+
+def decompress(body: bytes, content_encoding: str | None, *, max_size: int) -> bytes:
+    """Undo `Content-Encoding` (gzip, deflate, identity; comma lists applied in reverse).
+
+    Raises BodyTooLargeError as soon as the output would exceed `max_size` bytes (so a
+    zip bomb is never fully inflated), UnsupportedEncodingError for other encodings and
+    DecodeError for corrupt or truncated data.
+    """
+    encodings = [e.strip().lower() for e in (content_encoding or "").split(",") if e.strip()]
+    data = body
+    for encoding in reversed(encodings):
+        if encoding == "identity":
+            continue
+        if encoding in ("gzip", "x-gzip"):
+            data = _inflate(data, max_size, wbits=16 + zlib.MAX_WBITS, name="gzip", members=True)
+        elif encoding == "deflate":
+            data = _inflate_deflate(data, max_size)
+        else:
+            raise UnsupportedEncodingError(
+                f"unsupported Content-Encoding {encoding!r}; use gzip, deflate or identity"
+            )
+    if len(data) > max_size:
+        raise BodyTooLargeError(max_size)
+    return data
+
+
+def _inflate_deflate(data: bytes, max_size: int) -> bytes:
+    # HTTP "deflate" means a zlib-wrapped stream, but some clients send raw deflate;
+    # a zlib header (method 8, header checksum divisible by 31) tells them apart.
+    zlib_wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+    wbits = zlib.MAX_WBITS if zlib_wrapped else -zlib.MAX_WBITS
+    return _inflate(data, max_size, wbits=wbits, name="deflate", members=False)
+
+
+def _inflate(data: bytes, max_size: int, *, wbits: int, name: str, members: bool) -> bytes:
+    out = bytearray()
+    remaining = data
+    while True:
+        inflater = zlib.decompressobj(wbits=wbits)
+        try:
+            # Never inflate more than one byte past the limit.
+            out += inflater.decompress(remaining, max_size - len(out) + 1)
+        except zlib.error as exc:
+            raise DecodeError(f"corrupt {name} body: {exc}") from None
+        if len(out) > max_size:
+            raise BodyTooLargeError(max_size)
+        if not inflater.eof:
+            raise DecodeError(f"truncated {name} body")
+        remaining = inflater.unused_data
+        if not remaining:
+            return bytes(out)
+        if not members:  # only gzip allows several concatenated members
+            raise DecodeError(f"{len(remaining)} bytes of trailing data after the {name} stream")
+
+
+# --- request decoding -------------------------------------------------------------------
+
+
+def decode_protobuf(body: bytes, *, project_header: str | None = None) -> DecodedBatch:
+    """Decode a binary protobuf `ExportTraceServiceRequest`."""
+    try:
+        message = ExportTraceServiceRequest.FromString(body)
+    except ProtobufDecodeError as exc:
+        raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc}") from None
+    except _GARBAGE as exc:
+        raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc!r}") from None
+    return decode_request(message, project_header=project_header)
+
+
+def decode_json(body: bytes, *, project_header: str | None = None) -> DecodedBatch:
+    """Decode an OTLP/JSON `ExportTraceServiceRequest` (hex ids, camelCase, int64 as strings)."""
+    try:
+        document = json.loads(body)
+    except RecursionError:
+        raise DecodeError("invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise DecodeError(
+            f"invalid OTLP/JSON: expected an object at the top level, got {type(document).__name__}"
+        )
+    _hex_ids_to_base64(document)
+    message = ExportTraceServiceRequest()
+    try:
+        # OTLP/JSON receivers must ignore unknown fields (forward compatibility).
+        json_format.ParseDict(document, message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
+    except _GARBAGE as exc:
+        raise DecodeError(f"invalid OTLP/JSON: {exc!r}") from None
+    return decode_request(message, project_header=project_header)
+
+
+def decode_request(
+    msg: ExportTraceServiceRequest, *, project_header: str | None = None
+) -> DecodedBatch:
+    """Turn a parsed request (from any transport) into `SpanRecord`s plus rejection counts."""
+    header_project = project_header.strip() if project_header else ""
+    spans: list[SpanRecord] = []
+    reasons: dict[str, int] = {}
+    try:
+        for resource_spans in msg.resource_spans:
+            resource_attributes = _attributes(resource_spans.resource.attributes)
+            project = header_project or _resource_project(resource_attributes)
+            for scope_spans in resource_spans.scope_spans:
+                scope_name = scope_spans.scope.name
+                for span in scope_spans.spans:
+                    problem = _invalid_ids(span)
+                    if problem is not None:
+                        reasons[problem] = reasons.get(problem, 0) + 1
+                        continue
+                    spans.append(_span_record(span, resource_attributes, scope_name, project))
+    except _GARBAGE as exc:
+        raise DecodeError(f"invalid ExportTraceServiceRequest: {exc!r}") from None
+    rejected = sum(reasons.values())
+    return DecodedBatch(spans, rejected, _rejection_message(rejected, reasons), reasons)
+
+
+def _resource_project(resource_attributes: dict[str, AttributeValue]) -> str:
+    value = resource_attributes.get(c.PROJECT_NAME)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    return DEFAULT_PROJECT
+
+
+def _invalid_ids(span: Span) -> str | None:
+    if len(span.trace_id) != _TRACE_ID_BYTES:
+        return f"trace_id is {len(span.trace_id)} bytes, expected {_TRACE_ID_BYTES}"
+    if not any(span.trace_id):
+        return "trace_id is all zeros"
+    if len(span.span_id) != _SPAN_ID_BYTES:
+        return f"span_id is {len(span.span_id)} bytes, expected {_SPAN_ID_BYTES}"
+    if not any(span.span_id):
+        return "span_id is all zeros"
+    if len(span.parent_span_id) not in (0, _SPAN_ID_BYTES):
+        return f"parent_span_id is {len(span.parent_span_id)} bytes, expected 0 or {_SPAN_ID_BYTES}"
+    return None
+
+
+def _rejection_message(rejected: int, reasons: dict[str, int]) -> str:
+    if not rejected:
+        return ""
+    quoted = "; ".join(f"{reason} ({n})" for reason, n in list(reasons.items())[:_MAX_REASONS])
+    more = "; …" if len(reasons) > _MAX_REASONS else ""
+    noun = "span" if rejected == 1 else "spans"
+    return f"{rejected} {noun} rejected: {quoted}{more}"
+
+
+def _span_record(
+    span: Span,
+    resource_attributes: dict[str, AttributeValue],
+    scope_name: str,
+    project: str,
+) -> SpanRecord:
+    # An all-zero parent is how some exporters spell "no parent".
+    parent = span.parent_span_id.hex() if any(span.parent_span_id) else None
+    try:
+        status = StatusCode(span.status.code)
+    except ValueError:  # proto3 enums are open: unknown codes say nothing useful
+        status = StatusCode.UNSET
+    return SpanRecord(
+        trace_id=span.trace_id.hex(),
+        span_id=span.span_id.hex(),
+        parent_span_id=parent,
+        name=span.name,
+        start_time_unix_nano=span.start_time_unix_nano,
+        end_time_unix_nano=span.end_time_unix_nano,
+        kind=int(span.kind),
+        status_code=status,
+        status_message=span.status.message,
+        attributes=_attributes(span.attributes),
+        events=tuple(
+            SpanEvent(event.name, event.time_unix_nano, _attributes(event.attributes))
+            for event in span.events
+        ),
+        resource_attributes=resource_attributes,
+        scope_name=scope_name,
+        project=project,
+    )
+
+
+def _attributes(pairs: Iterable[KeyValue]) -> dict[str, AttributeValue]:
+    # Duplicate keys are a sender bug; the last one wins, as in the Collector.
+    return {pair.key: _any_value(pair.value) for pair in pairs}
+
+
+def _any_value(value: AnyValue) -> AttributeValue:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "array_value":
+        return [_any_value(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return {pair.key: _any_value(pair.value) for pair in value.kvlist_value.values}
+    if which == "bytes_value":
+        return value.bytes_value
+    return None
+
+
+# --- OTLP/JSON ids ----------------------------------------------------------------------
+
+_SPAN_ID_FIELDS = ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id")
+
+
+def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+    """Rewrite OTLP/JSON's hex ids into the base64 that protobuf's JSON mapping expects."""
+    for r, resource_spans in enumerate(_items(document, "resourceSpans", "resource_spans")):
+        scopes = _items(resource_spans, "scopeSpans", "scope_spans")
+        for s, scope_spans in enumerate(scopes):
+            for n, span in enumerate(_items(scope_spans, "spans")):
+                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
+                _rewrite_ids(span, where)
+                for k, link in enumerate(_items(span, "links")):
+                    _rewrite_ids(link, f"{where}.links[{k}]")
+
+
+def _items(container: object, *keys: str) -> list[Any]:
+    # Wrong shapes are left for ParseDict to report with its own precise message.
+    if not isinstance(container, dict):
+        return []
+    for key in keys:
+        value = container.get(key)
+        if isinstance(value, list):
+            return value
+    return []
+
+
+def _rewrite_ids(obj: object, where: str) -> None:
+    if not isinstance(obj, dict):
+        return
+    for key in _SPAN_ID_FIELDS:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise DecodeError(f"{where}.{key}: expected a hex string, got {type(value).__name__}")
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            raise DecodeError(f"{where}.{key}: {value[:40]!r} is not a hex id") from None
+        obj[key] = base64.b64encode(raw).decode("ascii")
+
+
+# --- replies ----------------------------------------------------------------------------
+
+
+def encode_response(rejected: int, message: str, *, as_json: bool) -> bytes:
+    """An `ExportTraceServiceResponse`, with partial_success only when spans were rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected > 0:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    if as_json:
+        text: str = json_format.MessageToJson(response, indent=None)
+        return text.encode()
+    body: bytes = response.SerializeToString()
+    return body

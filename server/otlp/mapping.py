@@ -1,0 +1,396 @@
+"""Convention mapping: faultfinder / GenAI semconv / OpenInference attributes → one vocabulary.
+
+Pure functions over `SpanRecord`; no I/O. Each fact is looked up in priority order
+(faultfinder's own attributes, then OTel GenAI semconv, then OpenInference) and odd
+attribute types or malformed JSON never raise: they fall back to the raw text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from faultfinder.attributors.model import StepKind, StepStatus
+from faultfinder.sdk import conventions as c
+from faultfinder.server.otlp.model import AttributeValue, SpanRecord, StatusCode
+
+__all__ = ["MappedSpan", "RunFacts", "as_text", "map_span", "run_facts"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What one span says about the run it belongs to."""
+
+    run_id: str
+    """The run: `faultfinder.run.id`, else (when grouping by conversation) the
+    conversation/session id, else the trace id."""
+    is_root: bool
+    """The span has no parent: the run's root (or a provisional root for an orphan)."""
+    failed: bool
+    """The span is a root with status ERROR, or says outcome=failure."""
+    outcome: str | None
+    """`success` / `failure` when the span carries an explicit outcome."""
+    task: str | None
+    ground_truth: str | None
+    final_answer: str | None
+
+
+def as_text(value: object) -> str | None:
+    """An attribute value as text: strings as they are, anything else as JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFacts:
+    """Run-level facts of one span (root status, outcome, task, answers)."""
+    attrs = span.attributes
+    run_id = as_text(attrs.get(c.RUN_ID))
+    if run_id is None and group_by_conversation:
+        run_id = as_text(attrs.get(c.GEN_AI_CONVERSATION_ID) or attrs.get(c.OI_SESSION_ID))
+    if run_id is None:
+        run_id = span.trace_id
+    is_root = span.parent_span_id is None
+    outcome = as_text(attrs.get(c.RUN_OUTCOME))
+    outcome = outcome.strip().lower() if outcome else None
+    failed = outcome == "failure" or (is_root and span.status_code == StatusCode.ERROR)
+    return RunFacts(
+        run_id=run_id,
+        is_root=is_root,
+        failed=failed,
+        outcome=outcome,
+        task=as_text(attrs.get(c.RUN_TASK)),
+        ground_truth=as_text(attrs.get(c.RUN_GROUND_TRUTH)),
+        final_answer=as_text(attrs.get(c.RUN_FINAL_ANSWER)),
+    )
+
+
+# --- step facts -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MappedSpan:
+    """What one span says about itself as a (possible) step, in the `Step` vocabulary."""
+
+    agent: str | None
+    """The span's own agent (`gen_ai.agent.name` → `agent.name` → `graph.node.id`);
+    None when the span names none (the assembler then looks at its ancestors)."""
+    is_agent_span: bool
+    """An agent invocation (`invoke_agent`, OpenInference AGENT): its agent is inherited
+    by the spans beneath it."""
+    kind: StepKind
+    content: str | None
+    """The step's own output text."""
+    input: str | None
+    """The text the span received (all input messages, or `input.value`)."""
+    user_input: str | None
+    """The first user message among the inputs, when messages carry roles."""
+    role: str | None
+    """The source's own role label (`faultfinder.step.role`)."""
+    tool_name: str | None
+    tool_arguments: str | None
+    tool_result: str | None
+    step_index: int | None
+    """Explicit 0-based position (`faultfinder.step.index`)."""
+    status: StepStatus
+    error: str | None
+    model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    is_step_candidate: bool
+    """The span speaks one of the conventions as a step (explicit step attributes, an
+    LLM/tool/agent operation, or content and an agent of its own); plain spans such as
+    HTTP client calls are not candidates."""
+
+
+_OPERATION_KINDS: dict[str, StepKind] = {
+    c.OP_EXECUTE_TOOL: StepKind.TOOL,
+    c.OP_CHAT: StepKind.LLM,
+    c.OP_TEXT_COMPLETION: StepKind.LLM,
+    c.OP_GENERATE_CONTENT: StepKind.LLM,
+    c.OP_INVOKE_AGENT: StepKind.MESSAGE,
+    c.OP_INVOKE_WORKFLOW: StepKind.MESSAGE,
+}
+"""GenAI operations that are steps, and the kind of step each is."""
+
+_OPENINFERENCE_KINDS: dict[str, StepKind] = {
+    c.OI_KIND_TOOL: StepKind.TOOL,
+    c.OI_KIND_RETRIEVER: StepKind.TOOL,
+    c.OI_KIND_RERANKER: StepKind.TOOL,
+    c.OI_KIND_LLM: StepKind.LLM,
+    c.OI_KIND_AGENT: StepKind.MESSAGE,
+    c.OI_KIND_GUARDRAIL: StepKind.SYSTEM,
+}
+"""OpenInference span kinds that are steps. CHAIN is not: LangChain emits chains for
+prompt templates and output parsers, which would bury the real steps."""
+
+_STEP_KINDS = {kind.value: kind for kind in StepKind}
+
+
+def map_span(span: SpanRecord) -> MappedSpan:
+    """Read one span's step facts through the three dialects, in priority order."""
+    attrs = span.attributes
+    operation = _lower(attrs.get(c.GEN_AI_OPERATION_NAME))
+    oi_kind = _upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
+
+    convention_kind = _OPERATION_KINDS.get(operation) or _OPENINFERENCE_KINDS.get(oi_kind)
+    explicit_kind = _STEP_KINDS.get(_lower(attrs.get(c.STEP_KIND)))
+    kind = explicit_kind or convention_kind or StepKind.MESSAGE
+    is_tool = kind is StepKind.TOOL
+
+    agent = _first_name(attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID))
+    tool_result = _first_text(attrs, (c.GEN_AI_TOOL_CALL_RESULT,))
+    if tool_result is None and is_tool:
+        tool_result = as_text(attrs.get(c.OI_OUTPUT_VALUE))
+    tool_arguments = _first_text(attrs, (c.GEN_AI_TOOL_CALL_ARGUMENTS, c.OI_TOOL_PARAMETERS))
+    if tool_arguments is None and is_tool:
+        tool_arguments = as_text(attrs.get(c.OI_INPUT_VALUE))
+
+    content = _first_present(
+        as_text(attrs.get(c.STEP_CONTENT)),
+        _messages_text(attrs.get(c.GEN_AI_OUTPUT_MESSAGES)),
+        _openinference_messages_text(attrs, c.OI_LLM_OUTPUT_MESSAGES),
+        as_text(attrs.get(c.OI_OUTPUT_VALUE)),
+        tool_result,
+    )
+    input_text = _first_present(
+        _messages_text(attrs.get(c.GEN_AI_INPUT_MESSAGES)),
+        _openinference_messages_text(attrs, c.OI_LLM_INPUT_MESSAGES),
+        as_text(attrs.get(c.OI_INPUT_VALUE)),
+        tool_arguments,
+    )
+    user_input = _first_present(
+        _messages_text(attrs.get(c.GEN_AI_INPUT_MESSAGES), role="user"),
+        _openinference_messages_text(attrs, c.OI_LLM_INPUT_MESSAGES, role="user"),
+    )
+    step_index = _index(attrs.get(c.STEP_INDEX))
+    explicit = step_index is not None or any(
+        attrs.get(key) is not None for key in (c.STEP_KIND, c.STEP_ROLE, c.STEP_CONTENT)
+    )
+    status, error = _status(span)
+    return MappedSpan(
+        agent=agent,
+        is_agent_span=operation == c.OP_INVOKE_AGENT or oi_kind == c.OI_KIND_AGENT,
+        kind=kind,
+        content=content,
+        input=input_text,
+        user_input=user_input,
+        role=as_text(attrs.get(c.STEP_ROLE)),
+        tool_name=_first_name(attrs, (c.GEN_AI_TOOL_NAME, c.OI_TOOL_NAME)),
+        tool_arguments=tool_arguments,
+        tool_result=tool_result,
+        step_index=step_index,
+        status=status,
+        error=error,
+        model=_first_name(attrs, (c.GEN_AI_REQUEST_MODEL, c.OI_LLM_MODEL_NAME)),
+        input_tokens=_index(attrs.get(c.GEN_AI_USAGE_INPUT_TOKENS)),
+        output_tokens=_index(attrs.get(c.GEN_AI_USAGE_OUTPUT_TOKENS)),
+        is_step_candidate=(
+            explicit or convention_kind is not None or (agent is not None and content is not None)
+        ),
+    )
+
+
+def _lower(value: AttributeValue) -> str:
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
+def _upper(value: AttributeValue) -> str:
+    return value.strip().upper() if isinstance(value, str) else ""
+
+
+def _first_present(*values: str | None) -> str | None:
+    return next((value for value in values if value is not None), None)
+
+
+def _first_text(attrs: Mapping[str, AttributeValue], keys: Iterable[str]) -> str | None:
+    return _first_present(*(as_text(attrs.get(key)) for key in keys))
+
+
+def _first_name(attrs: Mapping[str, AttributeValue], keys: Iterable[str]) -> str | None:
+    """The first non-blank value among `keys`, stripped (names never carry edge spaces)."""
+    for key in keys:
+        text = as_text(attrs.get(key))
+        if text is not None and text.strip():
+            return text.strip()
+    return None
+
+
+def _index(value: AttributeValue) -> int | None:
+    """A non-negative integer from an int, an integral float or a digit string."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _status(span: SpanRecord) -> tuple[StepStatus, str | None]:
+    error_type = _first_name(span.attributes, (c.ERROR_TYPE,))
+    if span.status_code == StatusCode.ERROR or error_type is not None:
+        status = StepStatus.ERROR
+    elif span.status_code == StatusCode.OK:
+        status = StepStatus.OK
+    else:
+        status = StepStatus.UNSET
+    status_message = span.status_message.strip() if span.status_code == StatusCode.ERROR else ""
+    return status, (status_message or _exception_text(span) or error_type)
+
+
+def _exception_text(span: SpanRecord) -> str | None:
+    for event in span.events:
+        if event.name != c.EXCEPTION_EVENT:
+            continue
+        kind = _first_name(event.attributes, (c.EXCEPTION_TYPE,))
+        message = _first_name(event.attributes, (c.EXCEPTION_MESSAGE,))
+        text = ": ".join(part for part in (kind, message) if part)
+        if text:
+            return text
+    return None
+
+
+# --- GenAI messages (`[{role, parts: [{type, content}]}]` as JSON) ---------------------
+
+
+def _messages_text(value: AttributeValue, *, role: str | None = None) -> str | None:
+    """Text of GenAI-semconv messages; with `role`, of the first message in that role.
+
+    A value that is not JSON is returned as it is (unless a role is asked for).
+    """
+    if value is None:
+        return None
+    messages: Any = value
+    if isinstance(value, str | bytes):
+        try:
+            messages = json.loads(value)
+        except (ValueError, RecursionError):
+            return None if role else as_text(value)
+    if isinstance(messages, dict):
+        messages = [messages]
+    if not isinstance(messages, list):
+        return None if role else as_text(value)
+    texts: list[str] = []
+    for message in messages:
+        if role is not None:
+            if isinstance(message, dict) and _lower(message.get("role")) == role:
+                return _message_text(message)
+            continue
+        text = _message_text(message)
+        if text is not None:
+            texts.append(text)
+    return "\n".join(texts) if texts else None
+
+
+def _message_text(message: object) -> str | None:
+    if isinstance(message, str):
+        return message
+    if not isinstance(message, dict):
+        return None
+    pieces: list[str] = []
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        pieces.extend(text for part in parts if (text := _part_text(part)) is not None)
+    else:
+        # Older and OpenAI-style messages carry `content` directly.
+        content = message.get("content", message.get(c.OI_MESSAGE_CONTENT))
+        if isinstance(content, list):
+            pieces.extend(text for part in content if (text := _part_text(part)) is not None)
+        elif content is not None:
+            pieces.append(as_text(content) or "")
+    return "\n".join(pieces) if pieces else None
+
+
+def _part_text(part: object) -> str | None:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        return None
+    part_type = _lower(part.get("type")) or "text"
+    if part_type == "text":
+        text = part.get("content", part.get("text"))
+        return as_text(text) if text is not None else None
+    if part_type == "tool_call":
+        return _tool_call_text(part.get("name"), part.get("arguments"))
+    if part_type == "tool_call_response":
+        return as_text(part.get("response"))
+    return None
+
+
+def _tool_call_text(name: object, arguments: object) -> str:
+    return f"{as_text(name) or 'tool'}({as_text(arguments) or ''})"
+
+
+# --- OpenInference flattened messages (`llm.output_messages.N.message.content`) ------------
+
+_OI_MESSAGE_KEY = re.compile(r"^(\d+)\.(.+)$")
+_OI_CONTENT_PART = re.compile(
+    rf"^{re.escape(c.OI_MESSAGE_CONTENTS)}\.(\d+)\.{re.escape(c.OI_MESSAGE_CONTENT_TEXT)}$"
+)
+_OI_TOOL_CALL = re.compile(
+    rf"^{re.escape(c.OI_MESSAGE_TOOL_CALLS)}\.(\d+)\."
+    rf"({re.escape(c.OI_TOOL_CALL_FUNCTION_NAME)}|{re.escape(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS)})$"
+)
+
+
+def _openinference_messages_text(
+    attrs: Mapping[str, AttributeValue], prefix: str, *, role: str | None = None
+) -> str | None:
+    """Text of `prefix.N.message.*` attributes; with `role`, of the first message in it."""
+    unflattened = attrs.get(prefix)
+    if unflattened is not None:
+        return _messages_text(unflattened, role=role)
+    messages: dict[int, dict[str, AttributeValue]] = {}
+    start = prefix + "."
+    for key, value in attrs.items():
+        if key.startswith(start) and (match := _OI_MESSAGE_KEY.match(key[len(start) :])):
+            messages.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    texts: list[str] = []
+    for n in sorted(messages):
+        fields = messages[n]
+        if role is not None and _lower(fields.get(c.OI_MESSAGE_ROLE)) != role:
+            continue
+        text = _openinference_message_text(fields)
+        if role is not None:
+            return text
+        if text is not None:
+            texts.append(text)
+    return "\n".join(texts) if texts else None
+
+
+def _openinference_message_text(fields: Mapping[str, AttributeValue]) -> str | None:
+    pieces: list[str] = []
+    content = as_text(fields.get(c.OI_MESSAGE_CONTENT))
+    if content is not None:
+        pieces.append(content)
+    else:
+        parts: dict[int, str] = {}
+        for key, value in fields.items():
+            if (match := _OI_CONTENT_PART.match(key)) and (text := as_text(value)) is not None:
+                parts[int(match.group(1))] = text
+        pieces.extend(parts[m] for m in sorted(parts))
+    calls: dict[int, dict[str, AttributeValue]] = {}
+    for key, value in fields.items():
+        if match := _OI_TOOL_CALL.match(key):
+            calls.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    for m in sorted(calls):
+        call = calls[m]
+        pieces.append(
+            _tool_call_text(
+                call.get(c.OI_TOOL_CALL_FUNCTION_NAME), call.get(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS)
+            )
+        )
+    return "\n".join(pieces) if pieces else None

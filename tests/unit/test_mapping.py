@@ -1,0 +1,340 @@
+"""Convention mapping of real SDK spans in each dialect: faultfinder, GenAI, OpenInference."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from faultfinder.attributors.model import StepKind, StepStatus
+from faultfinder.sdk import conventions as c
+from faultfinder.server.otlp.mapping import MappedSpan, map_span, run_facts
+from faultfinder.server.otlp.model import SpanEvent, SpanRecord
+from tests.otlp_helpers import MS, T0, SpanRecorder, input_messages, output_messages, span_records
+
+
+def mapped(
+    attributes: Mapping[str, Any], *, name: str = "span", error: str | None = None
+) -> MappedSpan:
+    """Map one span recorded by the SDK with `attributes` and sent through OTLP."""
+    recorder = SpanRecorder()
+    recorder.span(name, start=T0, end=T0 + MS, attributes=attributes, error=error)
+    (record,) = span_records(recorder.spans)
+    return map_span(record)
+
+
+# --- OTel GenAI semantic conventions ------------------------------------------------------
+
+
+def test_genai_chat_span_is_an_llm_step_with_its_output_text() -> None:
+    facts = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_REQUEST_MODEL: "gpt-4o",
+            c.GEN_AI_USAGE_INPUT_TOKENS: 120,
+            c.GEN_AI_USAGE_OUTPUT_TOKENS: 30,
+            c.GEN_AI_INPUT_MESSAGES: input_messages(
+                ("system", "Be brief."),
+                ("user", "What is 2+2?"),
+                ("assistant", "4"),
+                ("user", "Sure?"),
+            ),
+            c.GEN_AI_OUTPUT_MESSAGES: json.dumps(
+                [
+                    {
+                        "role": "assistant",
+                        "parts": [
+                            {"type": "reasoning", "content": "trivial"},
+                            {"type": "text", "content": "Yes, "},
+                            {"type": "text", "content": "it is 4."},
+                        ],
+                        "finish_reason": "stop",
+                    }
+                ]
+            ),
+        },
+        name="chat gpt-4o",
+    )
+    assert facts.kind is StepKind.LLM and facts.is_step_candidate
+    assert facts.content == "Yes, \nit is 4."
+    assert facts.user_input == "What is 2+2?"
+    assert facts.input == "Be brief.\nWhat is 2+2?\n4\nSure?"
+    assert (facts.model, facts.input_tokens, facts.output_tokens) == ("gpt-4o", 120, 30)
+    assert facts.agent is None and not facts.is_agent_span
+    assert facts.status is StepStatus.UNSET and facts.error is None
+
+
+def test_genai_tool_calls_in_output_are_rendered_as_text() -> None:
+    facts = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_OUTPUT_MESSAGES: json.dumps(
+                [
+                    {
+                        "role": "assistant",
+                        "parts": [
+                            {"type": "tool_call", "name": "search", "arguments": {"q": "oslo"}}
+                        ],
+                    }
+                ]
+            ),
+        }
+    )
+    assert facts.content == 'search({"q": "oslo"})'
+
+
+def test_genai_invoke_agent_span_names_an_agent_others_inherit() -> None:
+    facts = mapped(
+        {c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_AGENT, c.GEN_AI_AGENT_NAME: "  Planner "},
+        name="invoke_agent Planner",
+    )
+    assert facts.is_agent_span and facts.agent == "Planner"
+    assert facts.kind is StepKind.MESSAGE and facts.is_step_candidate
+
+
+def test_genai_execute_tool_span_is_a_tool_step() -> None:
+    facts = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+            c.GEN_AI_TOOL_NAME: "get_weather",
+            c.GEN_AI_TOOL_CALL_ARGUMENTS: '{"city": "Paris"}',
+            c.GEN_AI_TOOL_CALL_RESULT: "rainy, 57°F",
+        }
+    )
+    assert facts.kind is StepKind.TOOL
+    assert (facts.tool_name, facts.tool_arguments, facts.tool_result) == (
+        "get_weather",
+        '{"city": "Paris"}',
+        "rainy, 57°F",
+    )
+    assert facts.content == "rainy, 57°F"
+
+
+def test_error_type_marks_a_step_failed_and_error_status_message_explains_it() -> None:
+    by_type = mapped({c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL, c.ERROR_TYPE: "timeout"})
+    assert by_type.status is StepStatus.ERROR and by_type.error == "timeout"
+    by_status = mapped({c.GEN_AI_OPERATION_NAME: c.OP_CHAT}, error="rate limited")
+    assert by_status.status is StepStatus.ERROR and by_status.error == "rate limited"
+
+
+def test_a_recorded_exception_gives_the_error_text() -> None:
+    recorder = SpanRecorder()
+    span = recorder.tracer.start_span(
+        "execute_tool", start_time=T0, attributes={c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL}
+    )
+    span.record_exception(KeyError("missing column 'price'"))
+    span.end(end_time=T0 + MS)
+    facts = map_span(span_records(recorder.spans)[0])
+    assert facts.error == "KeyError: \"missing column 'price'\""
+
+
+# --- OpenInference -------------------------------------------------------------------------
+
+
+def test_openinference_llm_span_reads_flattened_messages() -> None:
+    facts = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            c.OI_LLM_MODEL_NAME: "llama-3",
+            c.OI_AGENT_NAME: "Researcher",
+            "llm.input_messages.0.message.role": "system",
+            "llm.input_messages.0.message.content": "You research.",
+            "llm.input_messages.1.message.role": "user",
+            "llm.input_messages.1.message.content": "Population of Oslo?",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "About 700k.",
+            "llm.output_messages.1.message.role": "assistant",
+            "llm.output_messages.1.message.tool_calls.0.tool_call.function.name": "lookup",
+            "llm.output_messages.1.message.tool_calls.0.tool_call.function.arguments": '{"x": 1}',
+            "llm.output_messages.10.message.contents.1.message_content.text": "second",
+            "llm.output_messages.10.message.contents.0.message_content.text": "first",
+            c.OI_OUTPUT_VALUE: "raw output that loses to the messages",
+        }
+    )
+    assert facts.kind is StepKind.LLM and facts.agent == "Researcher"
+    # Message 10 sorts after 1 numerically, and parts keep their own order.
+    assert facts.content == 'About 700k.\nlookup({"x": 1})\nfirst\nsecond'
+    assert facts.user_input == "Population of Oslo?"
+    assert facts.input == "You research.\nPopulation of Oslo?"
+    assert facts.model == "llama-3"
+
+
+def test_openinference_tool_span_takes_tool_fields_and_output_value() -> None:
+    facts = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+            c.OI_TOOL_NAME: "calculator",
+            c.OI_TOOL_PARAMETERS: '{"expr": "2*21"}',
+            c.OI_OUTPUT_VALUE: "42",
+        }
+    )
+    assert facts.kind is StepKind.TOOL
+    assert (facts.tool_name, facts.tool_arguments, facts.tool_result) == (
+        "calculator",
+        '{"expr": "2*21"}',
+        "42",
+    )
+    assert facts.content == "42"
+
+
+def test_openinference_agent_and_chain_spans() -> None:
+    agent = mapped({c.OPENINFERENCE_SPAN_KIND: "AGENT", c.OI_GRAPH_NODE_ID: "writer"})
+    assert agent.is_agent_span and agent.agent == "writer" and agent.is_step_candidate
+    # A chain (prompt template, output parser) is plumbing, not a step.
+    chain = mapped({c.OPENINFERENCE_SPAN_KIND: "CHAIN", c.OI_OUTPUT_VALUE: "formatted prompt"})
+    assert not chain.is_step_candidate and not chain.is_agent_span
+    # …unless it belongs to a named agent and says something.
+    node = mapped(
+        {c.OPENINFERENCE_SPAN_KIND: "CHAIN", c.OI_GRAPH_NODE_ID: "critic", c.OI_OUTPUT_VALUE: "ok"}
+    )
+    assert node.is_step_candidate and node.content == "ok" and node.agent == "critic"
+
+
+def test_plain_spans_are_not_step_candidates() -> None:
+    facts = mapped({"http.request.method": "POST", "url.full": "https://api.example/v1"})
+    assert not facts.is_step_candidate and facts.content is None and facts.agent is None
+
+
+# --- faultfinder's own attributes and priority ----------------------------------------------
+
+
+def test_faultfinder_attributes_win_over_the_standards() -> None:
+    facts = mapped(
+        {
+            c.STEP_INDEX: 4,
+            c.STEP_KIND: "HUMAN",
+            c.STEP_ROLE: "Orchestrator (thought)",
+            c.STEP_CONTENT: "  exact text, spaces kept  ",
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_OUTPUT_MESSAGES: output_messages("loses"),
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+        }
+    )
+    assert facts.step_index == 4
+    assert facts.kind is StepKind.HUMAN
+    assert facts.role == "Orchestrator (thought)"
+    assert facts.content == "  exact text, spaces kept  "
+    assert facts.is_step_candidate
+
+
+def test_genai_wins_over_openinference() -> None:
+    facts = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            c.GEN_AI_AGENT_NAME: "Coder",
+            c.OI_AGENT_NAME: "ignored",
+            c.OI_GRAPH_NODE_ID: "ignored too",
+            c.GEN_AI_OUTPUT_MESSAGES: output_messages("from genai"),
+            "llm.output_messages.0.message.content": "from openinference",
+            c.GEN_AI_TOOL_NAME: "grep",
+            c.OI_TOOL_NAME: "ignored",
+        }
+    )
+    assert facts.kind is StepKind.TOOL
+    assert facts.agent == "Coder" and facts.content == "from genai" and facts.tool_name == "grep"
+    assert mapped({c.OI_AGENT_NAME: "B", c.OI_GRAPH_NODE_ID: "C"}).agent == "B"
+
+
+def test_an_unknown_step_kind_falls_back_to_the_conventions() -> None:
+    facts = mapped({c.STEP_KIND: "thought", c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL})
+    assert facts.kind is StepKind.TOOL
+
+
+def test_odd_attribute_types_fall_back_to_text_instead_of_failing() -> None:
+    facts = mapped(
+        {
+            c.STEP_INDEX: "7",
+            c.GEN_AI_AGENT_NAME: 42,
+            c.GEN_AI_OUTPUT_MESSAGES: "{not json",
+            c.STEP_ROLE: ("a", "b"),
+            c.GEN_AI_OPERATION_NAME: 3,
+            c.GEN_AI_TOOL_CALL_ARGUMENTS: ("x", "y"),
+        }
+    )
+    assert facts.step_index == 7
+    assert facts.agent == "42"
+    assert facts.content == "{not json"
+    assert facts.role == '["a", "b"]'
+    assert facts.tool_arguments == '["x", "y"]'
+    for bad_index in (-1, True, 2.5, "seven"):
+        assert mapped({c.STEP_INDEX: bad_index}).step_index is None
+    assert mapped({c.STEP_INDEX: 3.0}).step_index == 3
+    # A list of strings (an SDK sequence attribute) reads as one text per item.
+    assert mapped({c.GEN_AI_OUTPUT_MESSAGES: ("one", "two")}).content == "one\ntwo"
+
+
+attribute_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=30)
+    | st.binary(max_size=10)
+    | st.sampled_from(["[", "{}", "[{}]", '[{"parts": 5}]', '[{"parts": [{"type": 1}]}]', "null"]),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+known_keys = st.sampled_from(
+    [
+        c.STEP_INDEX,
+        c.STEP_KIND,
+        c.STEP_CONTENT,
+        c.GEN_AI_OPERATION_NAME,
+        c.GEN_AI_AGENT_NAME,
+        c.GEN_AI_INPUT_MESSAGES,
+        c.GEN_AI_OUTPUT_MESSAGES,
+        c.GEN_AI_TOOL_CALL_RESULT,
+        c.OPENINFERENCE_SPAN_KIND,
+        c.OI_LLM_OUTPUT_MESSAGES,
+        "llm.output_messages.0.message.content",
+        "llm.input_messages.0.message.role",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+        c.OI_OUTPUT_VALUE,
+        c.ERROR_TYPE,
+        c.GEN_AI_USAGE_INPUT_TOKENS,
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.dictionaries(known_keys, attribute_values, max_size=6), attribute_values)
+def test_any_attribute_values_map_without_raising(attributes: dict[str, Any], event: Any) -> None:
+    # Decoded kvlist/bytes values cannot be produced by the Python SDK, hence a SpanRecord here.
+    record = SpanRecord(
+        trace_id="1" * 32,
+        span_id="2" * 16,
+        parent_span_id=None,
+        name="s",
+        start_time_unix_nano=T0,
+        end_time_unix_nano=T0 + MS,
+        attributes=attributes,
+        events=(SpanEvent(c.EXCEPTION_EVENT, T0, {c.EXCEPTION_TYPE: event}),),
+    )
+    facts = map_span(record)
+    assert facts.content is None or isinstance(facts.content, str)
+    assert facts.agent is None or isinstance(facts.agent, str)
+    run_facts(record)
+
+
+def test_run_facts_read_outcome_and_answers() -> None:
+    recorder = SpanRecorder()
+    recorder.span(
+        "run",
+        start=T0,
+        end=T0 + MS,
+        attributes={
+            c.RUN_OUTCOME: " Failure ",
+            c.RUN_TASK: "Sum the column.",
+            c.RUN_GROUND_TRUTH: "42",
+            c.RUN_FINAL_ANSWER: "41",
+        },
+    )
+    facts = run_facts(span_records(recorder.spans)[0])
+    assert facts.is_root and facts.failed and facts.outcome == "failure"
+    assert (facts.task, facts.ground_truth, facts.final_answer) == ("Sum the column.", "42", "41")
