@@ -1,0 +1,100 @@
+"""Async engine creation for the span store: SQLite (aiosqlite) or PostgreSQL (asyncpg).
+
+SQLite connections get WAL journaling, synchronous=NORMAL, a busy timeout and foreign
+keys; JSON goes through orjson on both dialects.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+import orjson
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+"""How long a SQLite connection waits for another writer before failing."""
+
+# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
+_ESCAPED_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+class DatabaseURLError(ValueError):
+    """The database URL is not one the span store can use."""
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes | bytearray | memoryview):
+        # OTLP bytes attributes: JSON has no bytes, base64 keeps them intact.
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def dumps_json(value: Any) -> str:
+    """Serialise a JSON column value (orjson, with fallbacks for what JSON lacks).
+
+    NUL characters become U+FFFD: PostgreSQL's JSONB and text reject them, and one
+    such span must not block the whole batch it arrived in.
+    """
+    try:
+        data = orjson.dumps(value, default=_json_default)
+    except (orjson.JSONEncodeError, TypeError):
+        # orjson refuses integers beyond 64 bits and non-string dict keys; json does not.
+        data = json.dumps(value, default=_json_default, ensure_ascii=False).encode()
+    if b"\\u0000" in data:
+        data = _ESCAPED_NUL.sub(rb"\1\\ufffd", data)
+    return data.decode()
+
+
+def database_url(url: str | URL) -> URL:
+    """Parse and check a database URL; raises `DatabaseURLError` naming what is wrong."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise DatabaseURLError(f"database URL {str(url)!r} cannot be parsed: {exc}") from None
+    if parsed.drivername not in SUPPORTED_DRIVERS:
+        raise DatabaseURLError(
+            f"database URL {parsed.render_as_string(hide_password=True)!r} uses driver "
+            f"{parsed.drivername!r}; use one of {', '.join(SUPPORTED_DRIVERS)}"
+        )
+    return parsed
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # NORMAL is durable across application crashes in WAL mode and much faster than FULL.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
+    """An `AsyncEngine` for `sqlite+aiosqlite://…` or `postgresql+asyncpg://…`.
+
+    Extra keyword arguments go to `create_async_engine` (e.g. `echo=True`).
+    """
+    parsed = database_url(url)
+    options: dict[str, Any] = {
+        "json_serializer": dumps_json,
+        "json_deserializer": orjson.loads,
+    }
+    if parsed.get_backend_name() == "postgresql":
+        # A restarted PostgreSQL must not leave the pool full of dead connections.
+        options["pool_pre_ping"] = True
+    options.update(kwargs)
+    engine = create_async_engine(parsed, **options)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
+    return engine

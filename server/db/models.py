@@ -1,0 +1,177 @@
+"""The span store's tables (SQLModel `table=True`): spans, runs and attributions.
+
+The Alembic migrations in `server/db/migrations/` are the source of truth for the
+schema; these classes must match them (a test compares both on SQLite and PostgreSQL).
+
+Conventions:
+
+- Every time is an integer of Unix **nanoseconds, UTC** (`BigInteger`): span times
+  come that way from OTLP and the wall-clock columns (`received_at`, `created_at`,
+  …) use the same unit so they compare without conversion and without time zones.
+- JSON columns are `JSON` on SQLite and `JSONB` on PostgreSQL.
+- Index and constraint names are explicit so migrations and models agree on both
+  dialects.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    String,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+JSONColumn = JSON().with_variant(JSONB(), "postgresql")
+"""Portable JSON column type: JSON on SQLite, JSONB on PostgreSQL."""
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its lifecycle (`runs.status`)."""
+
+    RUNNING = "running"
+    """Spans are still arriving (or may still arrive: the quiet period has not passed)."""
+    COMPLETE = "complete"
+    """Finished without a failure signal."""
+    FAILED = "failed"
+    """Finished and failed: root span ERROR or outcome `failure`; awaits attribution."""
+    ATTRIBUTED = "attributed"
+    """The attribution service has stored its attributions for this failed run."""
+
+
+class RunOutcome(StrEnum):
+    """An explicit verdict on a run, from a span attribute or posted through the API."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+class SpanTable(SQLModel, table=True):
+    """One stored span; idempotent by (trace_id, span_id)."""
+
+    __tablename__ = "spans"
+    __table_args__ = (
+        PrimaryKeyConstraint("trace_id", "span_id", name="pk_spans"),
+        # Serves "all spans of a run in start order", the assembler's only query.
+        Index("ix_spans_run_id_start", "run_id", "start_time_unix_nano"),
+    )
+
+    trace_id: str = Field(sa_column=Column(String(32), primary_key=True))
+    """32 lowercase hex characters."""
+    span_id: str = Field(sa_column=Column(String(16), primary_key=True))
+    """16 lowercase hex characters."""
+    parent_span_id: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
+    run_id: str = Field(sa_column=Column(String, nullable=False))
+    """The run this span belongs to (see `faultfinder.server.otlp.mapping.run_facts`)."""
+    project: str = Field(sa_column=Column(String, nullable=False))
+    name: str = Field(sa_column=Column(String, nullable=False))
+    kind: int = Field(sa_column=Column(SmallInteger, nullable=False))
+    """OTLP SpanKind number."""
+    start_time_unix_nano: int = Field(sa_column=Column(BigInteger, nullable=False))
+    end_time_unix_nano: int = Field(sa_column=Column(BigInteger, nullable=False))
+    status_code: int = Field(sa_column=Column(SmallInteger, nullable=False))
+    """OTLP status code: 0 unset, 1 ok, 2 error."""
+    status_message: str = Field(sa_column=Column(Text, nullable=False))
+    attributes: dict[str, Any] = Field(sa_column=Column(JSONColumn, nullable=False))
+    events: list[dict[str, Any]] = Field(sa_column=Column(JSONColumn, nullable=False))
+    """List of `{"name", "time_unix_nano", "attributes"}` objects."""
+    resource_attributes: dict[str, Any] = Field(sa_column=Column(JSONColumn, nullable=False))
+    scope_name: str = Field(sa_column=Column(String, nullable=False))
+    received_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Wall clock (Unix ns) when the span was stored."""
+
+
+class RunTable(SQLModel, table=True):
+    """One run (a trace, or a conversation when grouping by conversation) and its lifecycle."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_runs"),
+        # Newest-first listing with a (created_at, id) cursor.
+        Index("ix_runs_created_at_id", "created_at", "id"),
+        # The lifecycle sweep: running runs that have been quiet since a cut-off.
+        Index("ix_runs_status_last_span", "status", "last_span_received_at"),
+        # Finished runs that changed since the lifecycle last looked at them.
+        Index("ix_runs_needs_sweep_status", "needs_sweep", "status"),
+    )
+
+    id: str = Field(sa_column=Column(String, primary_key=True))
+    """The run id."""
+    project: str = Field(sa_column=Column(String, nullable=False))
+    """Project of the first span seen for the run."""
+    status: str = Field(sa_column=Column(String(16), nullable=False))
+    """A `RunStatus` value."""
+    root_span_id: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
+    """The earliest-starting span without a parent; null while only orphans arrived."""
+    root_started_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    root_ended_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    """End time of the root span; 0 or null while it has not ended."""
+    root_error: bool = Field(sa_column=Column(Boolean, nullable=False))
+    """Some span without a parent ended with status ERROR."""
+    started_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Earliest span start (Unix ns)."""
+    ended_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Latest span end (Unix ns)."""
+    last_span_received_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Wall clock (Unix ns) when a new span of this run was last stored: the quiet period
+    is measured from here."""
+    n_spans: int = Field(sa_column=Column(Integer, nullable=False))
+    outcome: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
+    """A `RunOutcome` value or null."""
+    outcome_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    outcome_posted_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    """Wall clock (Unix ns) when an outcome was posted through the API; such an outcome
+    completes the run at once and is not overridden by span attributes."""
+    task: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    ground_truth: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    final_answer: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    completed_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    """Wall clock (Unix ns) when the run left `running`."""
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    version: int = Field(sa_column=Column(Integer, nullable=False))
+    """Incremented on every change; status transitions compare-and-set on it."""
+    needs_sweep: bool = Field(sa_column=Column(Boolean, nullable=False))
+    """Set by every span write and posted outcome, cleared by the lifecycle sweep once it
+    has looked at the run: lets the sweep re-check finished runs (a late failure)
+    without scanning them all."""
+
+
+class AttributionTable(SQLModel, table=True):
+    """One attribution of a failed run by one method."""
+
+    __tablename__ = "attributions"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_attributions"),
+        Index("ix_attributions_run_id", "run_id"),
+    )
+
+    # Integer, not BigInteger: on SQLite only INTEGER PRIMARY KEY autoincrements.
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    run_id: str = Field(
+        sa_column=Column(
+            String,
+            ForeignKey("runs.id", ondelete="CASCADE", name="fk_attributions_run_id_runs"),
+            nullable=False,
+        )
+    )
+    method: str = Field(sa_column=Column(String, nullable=False))
+    status: str = Field(sa_column=Column(String(16), nullable=False))
+    """An `AttributionStatus` value."""
+    agent: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    step: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    payload: dict[str, Any] = Field(sa_column=Column(JSONColumn, nullable=False))
+    """The whole `faultfinder.attributors.model.Attribution` as JSON."""
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))

@@ -1,0 +1,84 @@
+"""The run lifecycle: when a running run becomes `complete` or `failed`.
+
+Rules (applied by `sweep`, which a daemon calls every few seconds):
+
+- A `running` run finishes when an outcome was posted for it (at once), or when its
+  root span has ended and no new span arrived for the quiet period. A run with only
+  orphan spans (its root never arrived) finishes after the quiet period measured
+  from its last span: a lost root must not keep a run open forever.
+- It finishes `failed` when its outcome is `failure`, or when no outcome is known and
+  a root span ended with status ERROR; otherwise `complete`. An explicit outcome
+  (span attribute or posted) wins over the root status: a graded success is a success.
+- A `complete` run whose outcome later turns `failure` (posted late, or a late span
+  says so) becomes `failed`. Runs never go back to `running`, and `failed` /
+  `attributed` runs are not changed here.
+
+The returned transitions tell the caller which runs to hand to attribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from faultfinder.server.store import RunOutcome, RunRow, RunStatus, SpanStore
+
+__all__ = ["RunTransition", "decide", "is_failure", "sweep"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunTransition:
+    """A run that changed status in a sweep."""
+
+    run_id: str
+    previous: RunStatus
+    status: RunStatus
+
+
+def is_failure(run: RunRow) -> bool:
+    """The run failed by its outcome, or (no outcome known) by its root span's status."""
+    failed: bool = run.outcome == RunOutcome.FAILURE if run.outcome is not None else run.root_error
+    return failed
+
+
+def decide(run: RunRow, *, now_ns: int, quiet_period_ns: int) -> RunStatus | None:
+    """The status `run` should move to now, or None to leave it as it is."""
+    finished = RunStatus.FAILED if is_failure(run) else RunStatus.COMPLETE
+    if run.status == RunStatus.RUNNING:
+        if run.outcome_posted_at is not None:
+            return finished
+        quiet = run.last_span_received_at + quiet_period_ns <= now_ns
+        root_done = run.root_span_id is None or run.root_ended
+        return finished if quiet and root_done else None
+    if run.status == RunStatus.COMPLETE and finished == RunStatus.FAILED:
+        return RunStatus.FAILED
+    return None
+
+
+async def sweep(
+    store: SpanStore, *, now: float, quiet_period_s: float, limit: int = 1000
+) -> list[RunTransition]:
+    """Move every run that is due (up to `limit` per call) and return the transitions.
+
+    `now` is Unix seconds (wall clock, as recorded when spans are stored).
+    """
+    now_ns = int(now * 1e9)
+    quiet_period_ns = int(quiet_period_s * 1e9)
+    candidates = await store.settle_candidates(quiet_since=now_ns - quiet_period_ns, limit=limit)
+    if not candidates:
+        return []
+    decisions = [
+        (run, decide(run, now_ns=now_ns, quiet_period_ns=quiet_period_ns)) for run in candidates
+    ]
+    # Running runs left as they are stay candidates by time; only finished runs need
+    # their "changed since the sweep" mark cleared.
+    decisions = [
+        (run, status)
+        for run, status in decisions
+        if status is not None or run.status != RunStatus.RUNNING
+    ]
+    changed = await store.settle_runs(decisions, now=now_ns)
+    return [
+        RunTransition(run.id, RunStatus(run.status), status)
+        for run, status in decisions
+        if status is not None and run.id in changed
+    ]

@@ -1,0 +1,213 @@
+"""Run lifecycle on real SQLite and PostgreSQL: when runs become complete or failed.
+
+Times are explicit: spans are written with a `received_at` and sweeps get a `now`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from faultfinder.sdk import conventions as c
+from faultfinder.server import lifecycle
+from faultfinder.server.otlp.model import SpanRecord, StatusCode
+from faultfinder.server.store import RunStatus, SpanStore
+
+QUIET = 30.0
+SECOND = 1_000_000_000
+_ids = itertools.count(1)
+
+
+def span(
+    trace: str,
+    *,
+    parent: str | None = None,
+    status: StatusCode = StatusCode.UNSET,
+    ended: bool = True,
+    attrs: dict[str, Any] | None = None,
+) -> SpanRecord:
+    start = next(_ids) * SECOND
+    return SpanRecord(
+        trace_id=trace.rjust(32, "0"),
+        span_id=f"{next(_ids):016x}",
+        parent_span_id=parent,
+        name=f"span in {trace}",
+        start_time_unix_nano=start,
+        end_time_unix_nano=start + SECOND if ended else 0,
+        status_code=status,
+        attributes=attrs or {},
+    )
+
+
+def run_id(trace: str) -> str:
+    return trace.rjust(32, "0")
+
+
+async def sweep(store: SpanStore, now: float) -> dict[str, tuple[str, str]]:
+    transitions = await lifecycle.sweep(store, now=now, quiet_period_s=QUIET)
+    return {t.run_id: (t.previous.value, t.status.value) for t in transitions}
+
+
+async def status(store: SpanStore, trace: str) -> str:
+    run = await store.get_run(run_id(trace))
+    assert run is not None
+    current: str = run.status
+    return current
+
+
+async def write_run(store: SpanStore, trace: str, at: float, **root_options: Any) -> SpanRecord:
+    """A finished root span with one child, received at `at`."""
+    root = span(trace, **root_options)
+    await store.write_spans([span(trace, parent=root.span_id), root], received_at=at)
+    return root
+
+
+async def test_run_completes_after_the_quiet_period(store: SpanStore) -> None:
+    t0 = 1_000.0
+    await write_run(store, "a", t0)
+
+    assert await sweep(store, t0 + QUIET - 1) == {}
+    assert await status(store, "a") == "running"
+
+    assert await sweep(store, t0 + QUIET + 1) == {run_id("a"): ("running", "complete")}
+    run = await store.get_run(run_id("a"))
+    assert run is not None
+    assert run.status == "complete"
+    assert run.completed_at is not None
+    # Reported once: the next sweep has nothing to say.
+    assert await sweep(store, t0 + QUIET + 2) == {}
+
+
+async def test_run_whose_spans_keep_arriving_stays_running(store: SpanStore) -> None:
+    t0 = 1_000.0
+    root = await write_run(store, "b", t0)
+    await store.write_spans([span("b", parent=root.span_id)], received_at=t0 + 20)
+    await store.write_spans([span("b", parent=root.span_id)], received_at=t0 + 45)
+
+    assert await sweep(store, t0 + QUIET + 20) == {}
+    assert await status(store, "b") == "running"
+    assert await sweep(store, t0 + 45 + QUIET) == {run_id("b"): ("running", "complete")}
+
+
+async def test_resent_spans_do_not_keep_a_run_open(store: SpanStore) -> None:
+    t0 = 1_000.0
+    root = span("b2")
+    child = span("b2", parent=root.span_id)
+    await store.write_spans([root, child], received_at=t0)
+    await store.write_spans([root, child], received_at=t0 + 25)  # exporter retry
+    assert await sweep(store, t0 + QUIET + 1) == {run_id("b2"): ("running", "complete")}
+
+
+async def test_root_span_error_fails_the_run(store: SpanStore) -> None:
+    t0 = 1_000.0
+    await write_run(store, "c", t0, status=StatusCode.ERROR)
+    # A child's error alone is not a failed run.
+    root = span("c2")
+    await store.write_spans(
+        [root, span("c2", parent=root.span_id, status=StatusCode.ERROR)], received_at=t0
+    )
+
+    assert await sweep(store, t0 + QUIET + 1) == {
+        run_id("c"): ("running", "failed"),
+        run_id("c2"): ("running", "complete"),
+    }
+
+
+async def test_outcome_attribute_decides_over_root_status(store: SpanStore) -> None:
+    t0 = 1_000.0
+    failed_root = span("d1")
+    await store.write_spans(
+        [failed_root, span("d1", parent=failed_root.span_id, attrs={c.RUN_OUTCOME: "failure"})],
+        received_at=t0,
+    )
+    # The root errored, but the run says it succeeded (e.g. it recovered from a tool error).
+    await write_run(store, "d2", t0, status=StatusCode.ERROR, attrs={c.RUN_OUTCOME: "success"})
+
+    assert await sweep(store, t0 + QUIET + 1) == {
+        run_id("d1"): ("running", "failed"),
+        run_id("d2"): ("running", "complete"),
+    }
+
+
+async def test_posted_outcome_finishes_the_run_at_once(store: SpanStore) -> None:
+    t0 = time.time()
+    await write_run(store, "e1", t0)
+    await write_run(store, "e2", t0)
+    await write_run(store, "e3", t0)
+    await store.set_outcome(run_id("e1"), "success")
+    await store.set_outcome(run_id("e2"), "failure", reason="wrong answer", ground_truth="42")
+
+    assert await sweep(store, t0 + 1) == {
+        run_id("e1"): ("running", "complete"),
+        run_id("e2"): ("running", "failed"),
+    }
+    assert await status(store, "e3") == "running"
+
+
+async def test_late_failure_turns_a_complete_run_failed(store: SpanStore) -> None:
+    t0 = time.time() - 2 * QUIET
+    await write_run(store, "f1", t0)
+    root = await write_run(store, "f2", t0)
+    await write_run(store, "f3", t0)
+    assert set((await sweep(store, t0 + QUIET + 1)).values()) == {("running", "complete")}
+
+    # A grader posts a failure; a straggler span says the other run failed; a late
+    # span without any verdict changes nothing.
+    await store.set_outcome(run_id("f1"), "failure", reason="grader: wrong total")
+    await store.write_spans(
+        [span("f2", parent=root.span_id, attrs={c.RUN_OUTCOME: "failure"})], received_at=t0 + 40
+    )
+    await store.write_spans([span("f3")], received_at=t0 + 40)
+
+    assert await sweep(store, t0 + 41) == {
+        run_id("f1"): ("complete", "failed"),
+        run_id("f2"): ("complete", "failed"),
+    }
+    assert await status(store, "f3") == "complete"
+
+
+async def test_run_with_only_orphan_spans_completes_after_the_quiet_period(
+    store: SpanStore,
+) -> None:
+    t0 = 1_000.0
+    await store.write_spans([span("g", parent="00000000000000aa")], received_at=t0)
+    await store.write_spans([span("g", parent="00000000000000aa")], received_at=t0 + 10)
+
+    assert await sweep(store, t0 + QUIET + 1) == {}
+    assert await sweep(store, t0 + 10 + QUIET) == {run_id("g"): ("running", "complete")}
+
+
+async def test_run_whose_root_has_not_ended_stays_running(store: SpanStore) -> None:
+    t0 = 1_000.0
+    await write_run(store, "h", t0, ended=False)
+    assert await sweep(store, t0 + 10 * QUIET) == {}
+    assert await status(store, "h") == "running"
+
+
+async def test_attributed_runs_are_left_alone(store: SpanStore) -> None:
+    t0 = 1_000.0
+    await write_run(store, "i", t0, status=StatusCode.ERROR)
+    assert await sweep(store, t0 + QUIET + 1) == {run_id("i"): ("running", "failed")}
+    assert await store.set_status(run_id("i"), RunStatus.ATTRIBUTED, expected=RunStatus.FAILED)
+    # Only from the expected status.
+    assert not await store.set_status(run_id("i"), RunStatus.ATTRIBUTED, expected=RunStatus.FAILED)
+
+    await store.set_outcome(run_id("i"), "failure")
+    assert await sweep(store, t0 + 2 * QUIET) == {}
+    assert await status(store, "i") == "attributed"
+
+
+async def test_span_arriving_during_a_sweep_keeps_the_run_running(store: SpanStore) -> None:
+    t0 = 1_000.0
+    root = await write_run(store, "j", t0)
+    due = await store.settle_candidates(quiet_since=int((t0 + 1) * 1e9))
+    assert [run.id for run in due] == [run_id("j")]
+
+    # The run changes between the sweep's read and its write: the decision is dropped.
+    await store.write_spans([span("j", parent=root.span_id)], received_at=t0 + QUIET)
+    assert (
+        await store.settle_runs([(due[0], RunStatus.COMPLETE)], now=int((t0 + QUIET) * 1e9))
+        == set()
+    )
+    assert await status(store, "j") == "running"

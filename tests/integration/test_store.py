@@ -1,0 +1,404 @@
+"""The span store on real SQLite and PostgreSQL: writes, runs, paging, attributions, schema."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+from sqlmodel import SQLModel
+
+from faultfinder.attributors.model import (
+    Attribution,
+    AttributionStatus,
+    Candidate,
+    PredictionSet,
+)
+from faultfinder.sdk import conventions as c
+from faultfinder.server.db import models  # noqa: F401  (the tables compared with the migrations)
+from faultfinder.server.db.engine import create_engine
+from faultfinder.server.db.migrate import upgrade
+from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
+from faultfinder.server.store import InvalidCursorError, SpanStore, UnknownRunError
+
+_ids = itertools.count(1)
+SECOND = 1_000_000_000
+T0 = 1_700_000_000 * SECOND
+
+
+def span(
+    trace: str,
+    *,
+    parent: str | None = None,
+    span_id: str | None = None,
+    start: int = 0,
+    duration: int = SECOND,
+    status: StatusCode = StatusCode.UNSET,
+    project: str = "default",
+    attrs: dict[str, Any] | None = None,
+) -> SpanRecord:
+    """A span of trace `trace` (a short label, padded to a trace id) starting `start` s after T0."""
+    return SpanRecord(
+        trace_id=trace.rjust(32, "0"),
+        span_id=span_id or f"{next(_ids):016x}",
+        parent_span_id=parent,
+        name=f"span in {trace}",
+        start_time_unix_nano=T0 + start * SECOND,
+        end_time_unix_nano=T0 + start * SECOND + duration,
+        status_code=status,
+        attributes=attrs or {},
+        project=project,
+    )
+
+
+def trace_id(label: str) -> str:
+    return label.rjust(32, "0")
+
+
+async def test_spans_sent_twice_are_stored_once(store: SpanStore) -> None:
+    root = span("a1")
+    children = [span("a1", parent=root.span_id, start=i) for i in range(1, 4)]
+    batch = [root, *children]
+
+    assert await store.write_spans(batch) == 4
+    assert await store.write_spans(batch) == 0
+    # A batch that repeats a span within itself, mixed with one new span.
+    extra = span("a1", parent=root.span_id, start=9)
+    assert await store.write_spans([children[0], extra, children[0], extra]) == 1
+
+    assert await store.count_spans() == 5
+    run = await store.get_run(trace_id("a1"))
+    assert run is not None
+    assert run.n_spans == 5
+    assert len(await store.run_spans(trace_id("a1"))) == 5
+
+
+async def test_stored_span_reads_back_as_sent(store: SpanStore) -> None:
+    sent = SpanRecord(
+        trace_id=trace_id("b1"),
+        span_id="00000000000000b1",
+        parent_span_id=None,
+        name="invoke_agent planner",
+        start_time_unix_nano=T0,
+        end_time_unix_nano=T0 + 5 * SECOND,
+        kind=3,
+        status_code=StatusCode.ERROR,
+        status_message="tool timed out",
+        attributes={
+            c.GEN_AI_AGENT_NAME: "planner",
+            "count": 3,
+            "ratio": 0.25,
+            "ok": False,
+            "tags": ["a", "b"],
+            "nested": {"k": [1, 2, {"x": None}]},
+            "unicode": "résumé ✓",
+        },
+        events=(SpanEvent("exception", T0 + SECOND, {"exception.message": "boom"}),),
+        resource_attributes={"service.name": "agents"},
+        scope_name="openinference.crewai",
+        project="checkout",
+    )
+    await store.write_spans([sent])
+    assert await store.run_spans(trace_id("b1")) == [sent]
+
+
+async def test_text_with_nul_characters_is_stored_without_blocking_the_batch(
+    store: SpanStore,
+) -> None:
+    # PostgreSQL rejects NUL in text and JSONB; the other spans of the batch must still land.
+    bad = span("c1", attrs={c.OI_OUTPUT_VALUE: "before\x00after"})
+    bad = SpanRecord(**{**_fields(bad), "name": "nul\x00name"})
+    good = span("c1", parent=bad.span_id, start=1)
+    assert await store.write_spans([bad, good]) == 2
+    stored = {s.span_id: s for s in await store.run_spans(trace_id("c1"))}
+    assert stored[bad.span_id].name == "nul\ufffdname"
+    assert stored[bad.span_id].attributes[c.OI_OUTPUT_VALUE] == "before\ufffdafter"
+    assert stored[good.span_id] == good
+
+
+def _fields(record: SpanRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__slots__}
+
+
+async def test_children_arriving_before_their_parents_form_one_run(store: SpanStore) -> None:
+    root = span("d1", start=0, duration=60 * SECOND)
+    child = span("d1", parent=root.span_id, start=5, duration=10 * SECOND)
+    grandchild = span("d1", parent=child.span_id, start=6, duration=70 * SECOND)
+
+    await store.write_spans([grandchild])
+    orphan_only = await store.get_run(trace_id("d1"))
+    assert orphan_only is not None
+    assert orphan_only.root_span_id is None
+    await store.write_spans([child])
+    await store.write_spans([root])
+
+    run = await store.get_run(trace_id("d1"))
+    assert run is not None
+    assert run.n_spans == 3
+    assert run.root_span_id == root.span_id
+    assert run.root_ended
+    assert run.started_at == root.start_time_unix_nano
+    assert run.ended_at == grandchild.end_time_unix_nano
+    assert [s.span_id for s in await store.run_spans(trace_id("d1"))] == [
+        root.span_id,
+        child.span_id,
+        grandchild.span_id,
+    ]
+
+
+async def test_earliest_parentless_span_is_the_root(store: SpanStore) -> None:
+    # Grouped by conversation, each turn is a trace with its own parentless span.
+    grouped = SpanStore(store.engine, group_by_conversation=True)
+    second_turn = span("e2", start=100, attrs={c.GEN_AI_CONVERSATION_ID: "conv-e"})
+    first_turn = span("e1", start=10, attrs={c.GEN_AI_CONVERSATION_ID: "conv-e"})
+    third_turn = span("e3", start=200, attrs={c.GEN_AI_CONVERSATION_ID: "conv-e"})
+
+    await grouped.write_spans([second_turn])
+    await grouped.write_spans([first_turn, third_turn])
+
+    run = await grouped.get_run("conv-e")
+    assert run is not None
+    assert run.root_span_id == first_turn.span_id
+    assert run.n_spans == 3
+
+
+async def test_spans_are_grouped_into_runs(store: SpanStore) -> None:
+    # Two traces that name the same run, one trace without a run id, and a
+    # conversation id that only counts when grouping by conversation.
+    tagged = [
+        span("f1", attrs={c.RUN_ID: "run-f"}),
+        span("f2", attrs={c.RUN_ID: "run-f"}),
+        span("f2", parent="ffffffffffffffff", start=1, attrs={c.RUN_ID: "run-f"}),
+    ]
+    plain = [span("f3", attrs={c.GEN_AI_CONVERSATION_ID: "conv-f"}), span("f3", start=1)]
+    await store.write_spans([*tagged, *plain])
+
+    runs, _ = await store.list_runs(limit=10)
+    assert {run.id: run.n_spans for run in runs} == {"run-f": 3, trace_id("f3"): 2}
+
+    grouped = SpanStore(store.engine, group_by_conversation=True)
+    await grouped.write_spans(
+        [
+            span("f4", attrs={c.GEN_AI_CONVERSATION_ID: "conv-g"}),
+            span("f5", attrs={c.OI_SESSION_ID: "conv-g"}),
+            span("f6", attrs={c.GEN_AI_CONVERSATION_ID: "conv-g", c.RUN_ID: "run-g"}),
+        ]
+    )
+    conversation = await store.get_run("conv-g")
+    assert conversation is not None
+    assert conversation.n_spans == 2
+    assert [s.trace_id for s in await store.run_spans("conv-g")] == [
+        trace_id("f4"),
+        trace_id("f5"),
+    ]
+    assert await store.get_run("run-g") is not None
+
+
+async def test_run_facts_come_from_span_attributes(store: SpanStore) -> None:
+    root = span(
+        "g1",
+        project="shop",
+        attrs={c.RUN_TASK: "Sort the list", c.RUN_GROUND_TRUTH: "[1, 2, 3]"},
+    )
+    verdict = span(
+        "g1",
+        parent=root.span_id,
+        start=2,
+        attrs={
+            c.RUN_OUTCOME: "FAILURE",
+            c.RUN_OUTCOME_REASON: "wrong order",
+            c.RUN_FINAL_ANSWER: "[3, 2, 1]",
+        },
+    )
+    await store.write_spans([root, verdict])
+    # A later span claiming success does not undo a reported failure.
+    await store.write_spans(
+        [span("g1", parent=root.span_id, start=3, attrs={c.RUN_OUTCOME: "success"})]
+    )
+
+    run = await store.get_run(trace_id("g1"))
+    assert run is not None
+    assert (run.project, run.task, run.ground_truth, run.final_answer) == (
+        "shop",
+        "Sort the list",
+        "[1, 2, 3]",
+        "[3, 2, 1]",
+    )
+    assert (run.outcome, run.outcome_reason) == ("failure", "wrong order")
+    assert run.status == "running"
+
+
+async def test_concurrent_writes_to_one_run_lose_no_count(store: SpanStore) -> None:
+    root = span("h1")
+    batches = [
+        [span("h1", parent=root.span_id, start=b * 10 + i) for i in range(10)] for b in range(6)
+    ]
+    results = await asyncio.gather(*(store.write_spans(batch) for batch in [[root], *batches]))
+    assert sum(results) == 61
+    run = await store.get_run(trace_id("h1"))
+    assert run is not None
+    assert run.n_spans == 61
+    assert run.root_span_id == root.span_id
+
+
+async def test_posted_outcome_is_recorded_and_not_overridden_by_spans(store: SpanStore) -> None:
+    root = span("i1", attrs={c.RUN_GROUND_TRUTH: "from span"})
+    await store.write_spans([root])
+
+    posted = await store.set_outcome(
+        trace_id("i1"), "Failure", reason="grader: wrong total", ground_truth="42"
+    )
+    assert (posted.outcome, posted.outcome_reason, posted.ground_truth) == (
+        "failure",
+        "grader: wrong total",
+        "42",
+    )
+    await store.write_spans(
+        [
+            span(
+                "i1",
+                parent=root.span_id,
+                start=1,
+                attrs={c.RUN_OUTCOME: "success", c.RUN_GROUND_TRUTH: "7"},
+            )
+        ]
+    )
+    run = await store.get_run(trace_id("i1"))
+    assert run is not None
+    assert (run.outcome, run.ground_truth, run.n_spans) == ("failure", "42", 2)
+
+    with pytest.raises(UnknownRunError, match="no-such-run"):
+        await store.set_outcome("no-such-run", "success")
+    with pytest.raises(ValueError, match="outcome must be one of"):
+        await store.set_outcome(trace_id("i1"), "maybe")
+
+
+async def test_listing_pages_through_every_run_once_newest_first(store: SpanStore) -> None:
+    # Several runs per write call share a creation time; the cursor must still split them.
+    labels = [f"j{n:02d}" for n in range(23)]
+    for offset in range(0, len(labels), 4):
+        group = labels[offset : offset + 4]
+        await store.write_spans(
+            [span(label, project="odd" if n % 2 else "even") for n, label in enumerate(group)],
+            received_at=1_800_000_000 + offset,
+        )
+
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        page, cursor = await store.list_runs(limit=5, cursor=cursor)
+        pages += 1
+        seen += [run.id for run in page]
+        assert len(page) <= 5
+        if cursor is None:
+            break
+    assert pages == 5
+    assert sorted(seen) == sorted(trace_id(label) for label in labels)
+    assert len(seen) == len(set(seen))
+    # Newest first: the last write call's runs lead, the first call's runs close the list.
+    assert set(seen[:3]) == {trace_id(label) for label in labels[20:]}
+    assert set(seen[-4:]) == {trace_id(label) for label in labels[:4]}
+
+    odd, cursor = await store.list_runs(project="odd", limit=50)
+    assert cursor is None
+    assert len(odd) == 11
+    assert all(run.project == "odd" for run in odd)
+    running, _ = await store.list_runs(status="running", limit=50)
+    assert len(running) == 23
+    assert await store.list_runs(status="failed") == ([], None)
+
+    with pytest.raises(InvalidCursorError, match="not one returned"):
+        await store.list_runs(cursor="not-a-cursor")
+
+
+async def test_attributions_round_trip(store: SpanStore) -> None:
+    await store.write_spans([span("k1"), span("k2")])
+    first = Attribution(
+        method="all_at_once",
+        agent="coder",
+        step=3,
+        reason="Wrote the wrong loop bound.",
+        confidence=0.7,
+        candidates=(Candidate(step=3, agent="coder", score=0.7, evidence="off by one"),),
+        llm_calls=1,
+        prompt_tokens=1200,
+        completion_tokens=80,
+        model="gpt-4o-mini",
+    )
+    second = Attribution(
+        method="step_by_step",
+        status=AttributionStatus.FAILED,
+        failure_reason="model answered with an unknown agent",
+        prediction_set=PredictionSet(lo=2, hi=4, alpha=0.1),
+    )
+    assert await store.add_attribution(trace_id("k1"), first) != await store.add_attribution(
+        trace_id("k1"), second
+    )
+
+    assert await store.list_attributions(trace_id("k1")) == [first, second]
+    assert await store.list_attributions(trace_id("k2")) == []
+    assert await store.attributions_by_run([trace_id("k1"), trace_id("k2")]) == {
+        trace_id("k1"): [first, second]
+    }
+    with pytest.raises(UnknownRunError, match="no-such-run"):
+        await store.add_attribution("no-such-run", first)
+
+
+async def test_migrated_schema_matches_the_models(database_url: str) -> None:
+    applied = upgrade(database_url, show_progress=False)
+    assert applied[0].revision == "0001"
+    assert upgrade(database_url, show_progress=False) == []
+
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            diffs = await conn.run_sync(
+                lambda sync: compare_metadata(
+                    MigrationContext.configure(sync, opts={"compare_type": True}),
+                    SQLModel.metadata,
+                )
+            )
+            tables = await conn.run_sync(lambda sync: set(sync.dialect.get_table_names(sync)))
+    finally:
+        await engine.dispose()
+    assert diffs == []
+    assert {"spans", "runs", "attributions"} <= tables
+
+
+def test_upgrade_runs_from_sync_code_and_reports_each_revision(
+    sqlite_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="faultfinder.server.db.migrate"):
+        applied = upgrade(sqlite_database_url, show_progress=False)
+    assert applied
+    for revision in applied:
+        assert f"applied revision {revision.revision}" in caplog.text
+
+
+@pytest.mark.postgres
+def test_replicas_upgrading_together_apply_each_revision_once(postgres_database_url: str) -> None:
+    with ThreadPoolExecutor(3) as pool:
+        results = list(
+            pool.map(lambda _: upgrade(postgres_database_url, show_progress=False), range(3))
+        )
+    # One replica migrated; the others waited for it and found the schema current.
+    assert [bool(applied) for applied in results].count(True) == 1
+
+
+async def test_sqlite_connections_use_wal_and_foreign_keys(sqlite_database_url: str) -> None:
+    upgrade(sqlite_database_url, show_progress=False)
+    engine = create_engine(sqlite_database_url)
+    try:
+        async with engine.connect() as conn:
+            journal = (await conn.execute(text("PRAGMA journal_mode"))).scalar_one()
+            foreign_keys = (await conn.execute(text("PRAGMA foreign_keys"))).scalar_one()
+    finally:
+        await engine.dispose()
+    assert (journal, foreign_keys) == ("wal", 1)
