@@ -1,4 +1,4 @@
-"""`faultfinder bench …`: run attributors over datasets, replay datasets as OTLP, load-test ingest."""
+"""`faultfinder bench …`: score attributors, replay datasets as OTLP, load-test ingest."""
 
 from __future__ import annotations
 

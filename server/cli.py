@@ -2,16 +2,99 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from faultfinder import __version__
 from faultfinder.benchmarks.cli import bench
+from faultfinder.server.settings import Settings, SettingsError, load_settings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="faultfinder")
 def main() -> None:
     """faultfinder: who failed, when, and why — failure attribution for LLM agents."""
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@main.command()
+@click.option("--host", help="Bind address (FAULTFINDER_HOST, default 127.0.0.1).")
+@click.option(
+    "--port", type=int, help="HTTP port for OTLP/HTTP, API and UI (FAULTFINDER_PORT, default 4318)."
+)
+@click.option("--grpc-port", type=int, help="OTLP/gRPC port (FAULTFINDER_GRPC_PORT, default 4317).")
+@click.option("--no-grpc", is_flag=True, default=None, help="Do not serve OTLP/gRPC.")
+@click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
+@click.option("--quiet-period", type=float, help="Seconds of silence before a run is complete.")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def serve(
+    host: str | None,
+    port: int | None,
+    grpc_port: int | None,
+    no_grpc: bool | None,
+    database_url: str | None,
+    quiet_period: float | None,
+    log_level: str,
+) -> None:
+    """Run the sidecar: OTLP receivers, query API and the run lifecycle."""
+    import uvicorn
+
+    from faultfinder.server.app import create_app
+
+    settings = _settings(
+        host=host,
+        port=port,
+        grpc_port=grpc_port,
+        grpc_enabled=False if no_grpc else None,
+        database_url=database_url,
+        quiet_period=quiet_period,
+    )
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    click.echo(
+        f"faultfinder {__version__}: OTLP/HTTP + API on http://{settings.host}:{settings.port}"
+        + (f", OTLP/gRPC on {settings.host}:{settings.grpc_port}" if settings.grpc_enabled else "")
+        + f", database {settings.database_url}",
+        err=True,
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="asyncio",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+
+
+@main.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command("upgrade")
+@click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
+def db_upgrade(database_url: str | None) -> None:
+    """Upgrade the schema to the latest revision (shows each step)."""
+    from faultfinder.server.db.migrate import upgrade
+
+    settings = _settings(database_url=database_url)
+    upgrade(settings.database_url)
+    click.echo(f"database {settings.database_url} is at the latest revision", err=True)
 
 
 main.add_command(bench)

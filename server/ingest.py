@@ -126,7 +126,9 @@ class SpanWriter:
     def _take_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []
         total = 0
-        while self._pending and (not batch or total + len(self._pending[0].spans) <= self._max_batch):
+        while self._pending and (
+            not batch or total + len(self._pending[0].spans) <= self._max_batch
+        ):
             item = self._pending.popleft()
             batch.append(item)
             total += len(item.spans)

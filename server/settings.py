@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SettingsError(ValueError):
-    """A setting has an invalid value; the message names the setting and the environment variable."""
+    """A setting has an invalid value; the message names the setting and its variable."""
 
 
 class Settings(BaseSettings):
@@ -62,7 +62,9 @@ class Settings(BaseSettings):
         default=5_000, gt=0, description="Most spans the writer stores in one transaction."
     )
     ingest_ack_timeout: float = Field(
-        default=30.0, gt=0, description="Seconds an ingest request waits for its spans to be stored."
+        default=30.0,
+        gt=0,
+        description="Seconds an ingest request waits for its spans to be stored.",
     )
     retry_after: int = Field(
         default=1, ge=1, description="Seconds suggested in Retry-After when ingest is saturated."

@@ -1,0 +1,47 @@
+"""Liveness, readiness and ingest figures."""
+
+from __future__ import annotations
+
+from litestar import Controller, Request, Response, get
+from litestar.datastructures import State
+
+from faultfinder.server.api.schemas import Health, IngestStats
+from faultfinder.server.ingest import SpanWriter
+from faultfinder.server.store import SpanStore
+
+
+class HealthController(Controller):
+    tags = ("health",)
+
+    @get("/healthz", operation_id="healthz", summary="The process is up")
+    async def healthz(self) -> Health:
+        return Health(status="ok")
+
+    @get("/readyz", operation_id="readyz", summary="The database answers and ingest has room")
+    async def readyz(self, request: Request[None, None, State]) -> Response[Health]:
+        store: SpanStore = request.app.state.store
+        try:
+            spans = await store.count_spans()
+        except Exception as exc:  # readiness reports any database failure
+            return Response(
+                Health(status="unavailable", details={"database": str(exc)}), status_code=503
+            )
+        return Response(Health(status="ok", details={"spans": spans}))
+
+    @get(
+        "/api/stats/ingest", operation_id="ingestStats", summary="Spans received, stored, rejected"
+    )
+    async def ingest_stats(self, request: Request[None, None, State]) -> IngestStats:
+        writer: SpanWriter = request.app.state.writer
+        store: SpanStore = request.app.state.store
+        counters = writer.counters
+        return IngestStats(
+            spans_stored=await store.count_spans(),
+            spans_received=counters.spans_received,
+            spans_acknowledged=counters.spans_stored,
+            queued_spans=writer.queued_spans,
+            spans_rejected=dict(counters.spans_rejected),
+            requests_rejected=dict(counters.requests_rejected),
+            write_errors=counters.write_errors,
+            batches_written=counters.batches_written,
+        )

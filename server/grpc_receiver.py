@@ -1,0 +1,82 @@
+"""OTLP/gRPC TraceService on its own port, sharing the ingest pipeline with OTLP/HTTP.
+
+A full queue answers UNAVAILABLE (retryable per the OTLP spec) so exporters back off.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from faultfinder.sdk.conventions import PROJECT_HEADER
+from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
+from faultfinder.server.otlp.decode import DecodeError, decode_request
+
+log = logging.getLogger(__name__)
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, writer: SpanWriter) -> None:
+        self._writer = writer
+
+    async def Export(
+        self,
+        request: trace_service_pb2.ExportTraceServiceRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        metadata = dict(context.invocation_metadata() or ())
+        project = metadata.get(PROJECT_HEADER)
+        try:
+            batch = decode_request(
+                request, project_header=project if isinstance(project, str) else None
+            )
+        except DecodeError as exc:
+            self._writer.counters.reject_request("undecodable")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable") from exc
+        if batch.rejected:
+            self._writer.counters.reject_spans("invalid_span", batch.rejected)
+        try:
+            await self._writer.submit(batch.spans)
+        except (IngestSaturatedError, IngestUnavailableError) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        response = trace_service_pb2.ExportTraceServiceResponse()
+        if batch.rejected:
+            response.partial_success.rejected_spans = batch.rejected
+            response.partial_success.error_message = batch.error_message
+        return response
+
+
+class GrpcReceiver:
+    """The gRPC server as a small daemon: `async with GrpcReceiver(...)`."""
+
+    def __init__(self, writer: SpanWriter, *, host: str, port: int, max_message_bytes: int) -> None:
+        self._writer = writer
+        self._address = f"{host}:{port}"
+        self._max_message_bytes = max_message_bytes
+        self._server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def __aenter__(self) -> GrpcReceiver:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", self._max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+            _TraceService(self._writer), server
+        )
+        self.port = server.add_insecure_port(self._address)
+        if not self.port:
+            raise OSError(f"cannot bind the OTLP/gRPC receiver to {self._address}")
+        await server.start()
+        self._server = server
+        log.info("OTLP/gRPC receiver listening on %s", self._address)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=5)

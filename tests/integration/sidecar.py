@@ -1,0 +1,74 @@
+"""Start a real `faultfinder serve` process on free loopback ports for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+FAULTFINDER = Path(sys.executable).with_name("faultfinder")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    url: str
+    grpc_endpoint: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def running_sidecar(database_url: str, tmp_path: Path, **env: str) -> Iterator[Sidecar]:
+    """A sidecar process on free ports; stopped with SIGTERM (clean shutdown) at exit."""
+    port, grpc_port = free_port(), free_port()
+    log_path = tmp_path / f"sidecar-{port}.log"
+    environment = {**os.environ, "FAULTFINDER_DATABASE_URL": database_url, **env}
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [str(FAULTFINDER), "serve", "--port", str(port), "--grpc-port", str(grpc_port)],
+            env=environment,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    sidecar = Sidecar(f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", process, log_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"sidecar exited with {process.returncode}:\n{sidecar.log()}")
+            try:
+                if httpx.get(f"{sidecar.url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sidecar not ready after 60 s:\n{sidecar.log()}")
+            time.sleep(0.1)
+        yield sidecar
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
