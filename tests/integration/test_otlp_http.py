@@ -177,3 +177,26 @@ def test_json_request_body_is_equivalent_to_protobuf(sidecar: Sidecar) -> None:
             "WebSurfer",
             "Orchestrator",
         ]
+
+
+def test_project_comes_from_the_header_or_the_resource(sidecar: Sidecar) -> None:
+    from faultfinder.sdk.conventions import PROJECT_NAME
+
+    with httpx.Client(base_url=sidecar.url, timeout=30) as client:
+        by_header = client.post(
+            "/v1/traces",
+            content=protobuf_body(framework_spans({PROJECT_NAME: "ignored"})),
+            headers=PROTOBUF | {"x-project-name": "checkout"},
+        )
+        by_resource = client.post(
+            "/v1/traces",
+            content=protobuf_body(framework_spans({PROJECT_NAME: "search"})),
+            headers=PROTOBUF,
+        )
+        anonymous = client.post(
+            "/v1/traces", content=protobuf_body(framework_spans()), headers=PROTOBUF
+        )
+        assert {by_header.status_code, by_resource.status_code, anonymous.status_code} == {200}
+        for project in ("checkout", "search", "default"):
+            runs = client.get("/api/runs", params={"project": project}).json()["items"]
+            assert [run["project"] for run in runs] == [project]
