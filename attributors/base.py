@@ -42,7 +42,7 @@ _REGISTRY: dict[str, AttributorFactory] = {}
 
 # Modules that register the built-in attributors when imported; loaded on first lookup
 # so that importing the registry stays cheap.
-_BUILTIN_MODULES = ("faultfinder.attributors.heuristics",)
+_BUILTIN_MODULES = ("faultfinder.attributors.heuristics", "faultfinder.attributors.llm_methods")
 
 
 class UnknownAttributorError(KeyError):
