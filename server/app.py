@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from litestar import Litestar
 from litestar.datastructures import State
@@ -15,28 +17,35 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 
 from faultfinder import __version__
+from faultfinder.attributors.base import available_attributors
+from faultfinder.attributors.model import Attribution
 from faultfinder.server import lifecycle
+from faultfinder.server.api.attribute import AttributeController
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.otlp import OtlpTraceController
 from faultfinder.server.api.runs import RunController
+from faultfinder.server.attribution import AttributionService, AttributionWorker
+from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
+from faultfinder.server.jobs import JobQueue
 from faultfinder.server.runs import RunService
-from faultfinder.server.settings import Settings, load_settings
-from faultfinder.server.store import SpanStore
+from faultfinder.server.settings import Settings, SettingsError, load_settings
+from faultfinder.server.store import LabelStore, SpanStore
+from faultfinder.server.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
 
 class LifecycleSweeper:
-    """Daemon: periodically turns quiet runs complete or failed."""
+    """Daemon: turns quiet runs complete or failed, and gives failed runs their jobs."""
 
-    def __init__(self, store: SpanStore, *, interval: float, quiet_period: float) -> None:
+    def __init__(self, store: SpanStore, jobs: JobQueue, settings: Settings) -> None:
         self._store = store
-        self._interval = interval
-        self._quiet_period = quiet_period
+        self._jobs = jobs
+        self._settings = settings
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LifecycleSweeper:
@@ -53,58 +62,132 @@ class LifecycleSweeper:
         while True:
             try:
                 transitions = await lifecycle.sweep(
-                    self._store, now=time.time(), quiet_period_s=self._quiet_period
+                    self._store, now=time.time(), quiet_period_s=self._settings.quiet_period
                 )
                 for transition in transitions:
                     log.info("run %s is now %s", transition.run_id, transition.status)
+                await self._jobs.enqueue_for_failed_runs(self._settings.attributors)
             except Exception:
                 log.exception("lifecycle sweep failed; trying again")
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._settings.sweep_interval)
+
+
+def load_plugins(settings: Settings) -> None:
+    """Import attributor plugins and check every configured attributor exists."""
+    for module in settings.plugins:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise SettingsError(
+                f"plugins (FAULTFINDER_PLUGINS): cannot import {module!r}: {exc}"
+            ) from None
+    unknown = [name for name in settings.attributors if name not in available_attributors()]
+    if unknown:
+        raise SettingsError(
+            f"attributors (FAULTFINDER_ATTRIBUTORS): unknown {', '.join(map(repr, unknown))}; "
+            f"available: {', '.join(available_attributors())}"
+        )
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
-    """Build the sidecar: OTLP receivers, API, ingest writer, lifecycle sweeper."""
+    """Build the sidecar: OTLP receivers, API, ingest writer, lifecycle, attribution worker."""
     settings = settings or load_settings()
+    load_plugins(settings)
+    keys = KeyRing(settings.api_keys, settings.ingest_keys)
+    if not keys.enabled and not settings.is_loopback:
+        log.warning(
+            "listening on %s without API keys: anyone who can reach it may send spans and "
+            "read runs; set FAULTFINDER_API_KEYS",
+            settings.host,
+        )
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if settings.migrate_on_start:
-            await asyncio.to_thread(upgrade, settings.database_url)
+            await asyncio.to_thread(upgrade, settings.database_url, show_progress=False)
         engine = create_engine(settings.database_url)
         store = SpanStore(engine, group_by_conversation=settings.group_by_conversation)
+        jobs = JobQueue(
+            engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff
+        )
         writer = SpanWriter(
             store.write_spans,
             max_queued_spans=settings.ingest_queue_spans,
             max_batch_spans=settings.ingest_batch_spans,
             ack_timeout=settings.ingest_ack_timeout,
         )
-        app.state.update(store=store, writer=writer, runs=RunService(store))
+        attribution = AttributionService(
+            store,
+            attributor_config=attribution_config_for(settings),
+            timeout_s=settings.attribution_timeout,
+        )
+        webhooks = WebhookSender(settings.webhook_urls, secret=settings.webhook_secret)
+
+        async def announce(run_id: str | None, result: Attribution) -> None:
+            webhooks.publish(
+                "attribution.created",
+                {"run_id": run_id, "attribution": result.model_dump(mode="json")},
+            )
+
+        app.state.update(
+            store=store,
+            jobs=jobs,
+            writer=writer,
+            attribution=attribution,
+            runs=RunService(store, jobs, LabelStore(engine)),
+        )
         try:
             async with AsyncExitStack() as daemons:
                 await daemons.enter_async_context(writer)
+                await daemons.enter_async_context(webhooks)
                 if settings.grpc_enabled:
                     receiver = GrpcReceiver(
                         writer,
+                        keys,
                         host=settings.host,
                         port=settings.grpc_port,
                         max_message_bytes=settings.max_decompressed_bytes,
                     )
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
-                await daemons.enter_async_context(
-                    LifecycleSweeper(
-                        store, interval=settings.sweep_interval, quiet_period=settings.quiet_period
+                await daemons.enter_async_context(LifecycleSweeper(store, jobs, settings))
+                if settings.workers:
+                    await daemons.enter_async_context(
+                        AttributionWorker(
+                            attribution,
+                            jobs,
+                            concurrency=settings.workers,
+                            lease_s=settings.job_lease,
+                            auto_attributors=tuple(settings.attributors),
+                            on_attribution=announce,
+                        )
                     )
-                )
                 yield
         finally:
             await engine.dispose()
 
     return Litestar(
-        route_handlers=[OtlpTraceController, RunController, HealthController],
+        route_handlers=[OtlpTraceController, RunController, AttributeController, HealthController],
         lifespan=[lifespan],
+        guards=[require_key],
         plugins=[ProblemDetailsPlugin(ProblemDetailsConfig(enable_for_all_http_exceptions=True))],
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),
         request_max_body_size=settings.max_request_bytes,
-        state=State({"settings": settings}),
+        state=State({"settings": settings, "keyring": keys}),
     )
+
+
+def attribution_config_for(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Constructor arguments for the attributors that talk to a model endpoint."""
+    from faultfinder.attributors.llm import ModelSettings
+    from faultfinder.attributors.llm_methods import LLM_METHODS
+
+    given = {
+        "base_url": settings.llm_base_url,
+        "api_key": settings.llm_api_key,
+        "model": settings.llm_model,
+        "timeout": settings.llm_timeout,
+        "concurrency": settings.llm_concurrency,
+    }
+    model = ModelSettings(**{name: value for name, value in given.items() if value is not None})
+    return {name: {"settings": model} for name in LLM_METHODS}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from pathlib import Path
 
 import click
 
 from faultfinder import __version__
 from faultfinder.benchmarks.cli import bench
+from faultfinder.server.llm_cli import llm_group
 from faultfinder.server.settings import Settings, SettingsError, load_settings
 
 
@@ -98,3 +101,85 @@ def db_upgrade(database_url: str | None) -> None:
 
 
 main.add_command(bench)
+main.add_command(llm_group)
+
+
+@main.command()
+@click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
+@click.option("--concurrency", type=int, help="Jobs at once (FAULTFINDER_WORKERS, default 1).")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def worker(database_url: str | None, concurrency: int | None, log_level: str) -> None:
+    """Run attribution workers only (share the job table with other workers and replicas)."""
+    import asyncio
+
+    from faultfinder.server.worker_main import run_workers
+
+    settings = _settings(database_url=database_url, workers=concurrency)
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_workers(settings))
+
+
+@main.command()
+@click.option("--port", type=int, default=4318, show_default=True, help="HTTP port.")
+@click.option(
+    "--database-url",
+    default="sqlite+aiosqlite:///faultfinder-demo.db",
+    show_default=True,
+    help="Where the demo keeps its runs.",
+)
+@click.option(
+    "--records",
+    type=click.IntRange(1, 184),
+    default=6,
+    show_default=True,
+    help="Who&When failures to replay.",
+)
+@click.option("--attributors", help="Comma-separated attributors (FAULTFINDER_ATTRIBUTORS).")
+@click.option(
+    "--datasets-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="FAULTFINDER_DATASETS_DIR",
+    help="Dataset root (default ../shared/datasets).",
+)
+@click.option(
+    "--serve/--no-serve",
+    default=True,
+    show_default=True,
+    help="Keep serving after printing the attributions.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=600,
+    show_default=True,
+    help="Seconds to wait for the attributions.",
+)
+def demo(
+    port: int,
+    database_url: str,
+    records: int,
+    attributors: str | None,
+    datasets_dir: Path | None,
+    serve: bool,
+    timeout: float,
+) -> None:
+    """Start the sidecar on SQLite, replay Who&When failures over OTLP, print who and when."""
+    from faultfinder.server.demo import demo_main
+
+    settings = _settings(
+        port=port,
+        database_url=database_url,
+        attributors=attributors,
+        quiet_period=1.0,
+        sweep_interval=0.5,
+        grpc_enabled=False,
+    )
+    demo_main(settings, datasets_dir=datasets_dir, records=records, serve=serve, timeout=timeout)

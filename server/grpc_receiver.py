@@ -11,6 +11,7 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from faultfinder.sdk.conventions import PROJECT_HEADER
+from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
 from faultfinder.server.otlp.decode import DecodeError, decode_request
 
@@ -18,8 +19,9 @@ log = logging.getLogger(__name__)
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, writer: SpanWriter) -> None:
+    def __init__(self, writer: SpanWriter, keys: KeyRing) -> None:
         self._writer = writer
+        self._keys = keys
 
     async def Export(
         self,
@@ -27,6 +29,12 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         metadata = dict(context.invocation_metadata() or ())
+        if self._keys.enabled:
+            key = presented_key(
+                _text(metadata.get("authorization")), _text(metadata.get("x-api-key"))
+            )
+            if not self._keys.may_ingest(key):
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
         project = metadata.get(PROJECT_HEADER)
         try:
             batch = decode_request(
@@ -49,11 +57,18 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         return response
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 class GrpcReceiver:
     """The gRPC server as a small daemon: `async with GrpcReceiver(...)`."""
 
-    def __init__(self, writer: SpanWriter, *, host: str, port: int, max_message_bytes: int) -> None:
+    def __init__(
+        self, writer: SpanWriter, keys: KeyRing, *, host: str, port: int, max_message_bytes: int
+    ) -> None:
         self._writer = writer
+        self._keys = keys
         self._address = f"{host}:{port}"
         self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None
@@ -67,7 +82,7 @@ class GrpcReceiver:
             ]
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            _TraceService(self._writer), server
+            _TraceService(self._writer, self._keys), server
         )
         self.port = server.add_insecure_port(self._address)
         if not self.port:

@@ -1,22 +1,87 @@
-"""Run queries: stored runs joined with their assembled trajectories and attributions."""
+"""The run service: queries, verdicts, re-attribution, labels and statistics over stored runs."""
 
 from __future__ import annotations
 
-from faultfinder.attributors.model import Attribution
-from faultfinder.server.api.schemas import RunDetail, RunPage, RunSummary
+import time
+from collections import Counter, defaultdict
+
+from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
+from faultfinder.server.api.schemas import (
+    AttributorAccuracy,
+    BlameBucket,
+    JobOut,
+    LabelOut,
+    RunDetail,
+    RunPage,
+    RunSummary,
+    Stats,
+)
 from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.store import RunRow, SpanStore
+from faultfinder.server.db.models import RunStatus
+from faultfinder.server.jobs import Job, JobQueue
+from faultfinder.server.store import Label, LabelStore, RunRow, SpanStore, UnknownRunError
 
 
 def _seconds(nanos: int | None) -> float | None:
     return nanos / 1e9 if nanos else None
 
 
-class RunService:
-    """Reads runs for the API and the dashboard."""
+async def run_trajectory(store: SpanStore, row: RunRow) -> Trajectory:
+    """A run's trajectory from its spans, with what was posted later (a grader's ground
+    truth and final answer) taking precedence over what the spans said."""
+    trajectory = assemble_trajectory(row.id, await store.run_spans(row.id))
+    updates = {
+        name: value
+        for name, value in (
+            ("ground_truth", row.ground_truth),
+            ("final_answer", row.final_answer),
+            ("task", row.task if not trajectory.task else None),
+        )
+        if value is not None
+    }
+    return trajectory.model_copy(update=updates) if updates else trajectory
 
-    def __init__(self, store: SpanStore) -> None:
+
+def job_out(job: Job, attribution: Attribution | None = None) -> JobOut:
+    if attribution is None and job.payload and "attribution" in job.payload:
+        attribution = Attribution.model_validate(job.payload["attribution"])
+    return JobOut(
+        id=job.id,
+        run_id=job.run_id,
+        attributor=job.attributor,
+        status=job.status,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        last_error=job.last_error,
+        attribution=attribution,
+    )
+
+
+def label_out(label: Label) -> LabelOut:
+    return LabelOut(
+        id=label.id,
+        run_id=label.run_id,
+        agent=label.agent,
+        step=label.step,
+        reason=label.reason,
+        author=label.author,
+        created_at=label.created_at / 1e9,
+    )
+
+
+class RunService:
+    """What the API and the dashboard do with runs."""
+
+    def __init__(self, store: SpanStore, jobs: JobQueue, labels: LabelStore) -> None:
         self._store = store
+        self._jobs = jobs
+        self._labels = labels
+
+    async def _row(self, run_id: str) -> RunRow:
+        row = await self._store.get_run(run_id)
+        if row is None:
+            raise UnknownRunError(f"no run {run_id!r}")
+        return row
 
     async def _summary(self, row: RunRow, attributions: list[Attribution]) -> RunSummary:
         agents, n_steps = row.agents, row.n_steps
@@ -41,25 +106,126 @@ class RunService:
         *,
         status: str | None = None,
         project: str | None = None,
+        agent: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
         rows, next_cursor = await self._store.list_runs(
-            status=status, project=project, limit=limit, cursor=cursor
+            status=status,
+            project=project,
+            limit=limit,
+            cursor=cursor,
+            blamed_agent=agent,
+            since_ns=int(since * 1e9) if since is not None else None,
+            until_ns=int(until * 1e9) if until is not None else None,
         )
         attributions = await self._store.attributions_by_run(row.id for row in rows)
         items = [await self._summary(row, attributions.get(row.id, [])) for row in rows]
         return RunPage(items=items, next_cursor=next_cursor)
 
-    async def get_run(self, run_id: str) -> RunDetail | None:
-        row = await self._store.get_run(run_id)
-        if row is None:
-            return None
-        trajectory = assemble_trajectory(row.id, await self._store.run_spans(row.id))
+    async def get_run(self, run_id: str) -> RunDetail:
+        row = await self._row(run_id)
+        trajectory = await run_trajectory(self._store, row)
         summary = await self._summary(row, await self._store.list_attributions(row.id))
         return RunDetail(
-            **summary.model_dump(exclude={"agents", "n_steps"}),
+            **summary.model_dump(exclude={"agents", "n_steps", "attributions"}),
+            attributions=summary.attributions,
             agents=list(trajectory.agents),
             n_steps=len(trajectory),
             trajectory=trajectory,
+        )
+
+    async def post_outcome(
+        self,
+        run_id: str,
+        outcome: str,
+        *,
+        reason: str | None,
+        ground_truth: str | None,
+        final_answer: str | None,
+    ) -> RunSummary:
+        """Record a verdict; a failure makes the run failed and queues its attributions."""
+        await self._row(run_id)
+        row = await self._store.set_outcome(
+            run_id, outcome, reason=reason, ground_truth=ground_truth, final_answer=final_answer
+        )
+        return await self._summary(row, await self._store.list_attributions(run_id))
+
+    async def reattribute(self, run_id: str, attributor: str) -> JobOut:
+        await self._row(run_id)
+        return job_out(await self._jobs.enqueue(attributor, run_id=run_id))
+
+    async def jobs(self, run_id: str) -> list[JobOut]:
+        await self._row(run_id)
+        return [job_out(job) for job in await self._jobs.for_run(run_id)]
+
+    async def add_label(
+        self, run_id: str, *, agent: str, step: int, reason: str | None, author: str | None
+    ) -> LabelOut:
+        row = await self._row(run_id)
+        trajectory = assemble_trajectory(row.id, await self._store.run_spans(row.id))
+        if step >= len(trajectory):
+            raise ValueError(f"step: {step} is outside 0..{len(trajectory) - 1}")
+        known = {normalise_agent(a): a for a in (*trajectory.agents, *trajectory.roster)}
+        if normalise_agent(agent) not in known:
+            raise ValueError(f"agent: {agent!r} is not one of {sorted(known.values())}")
+        label = await self._labels.add(
+            run_id, agent=known[normalise_agent(agent)], step=step, reason=reason, author=author
+        )
+        return label_out(label)
+
+    async def labels(self, run_id: str) -> list[LabelOut]:
+        await self._row(run_id)
+        return [label_out(label) for label in await self._labels.for_run(run_id)]
+
+    async def stats(self, *, window_s: float = 7 * 86400, bucket_s: int = 3600) -> Stats:
+        """Blame by agent over time, and each attributor's accuracy against human labels."""
+        now = time.time()
+        since_ns = int((now - window_s) * 1e9)
+        attributions = await self._labels.ok_attributions()
+        # Blame counts one vote per run: the first ok attribution (the first configured
+        # attributor's, normally) of each run.
+        first_by_run: dict[str, tuple[str, int]] = {}
+        for run_id, _method, agent, _step, created_at in attributions:
+            first_by_run.setdefault(run_id, (agent, created_at))
+        blame = Counter(agent for agent, _ in first_by_run.values())
+        buckets: dict[int, Counter[str]] = defaultdict(Counter)
+        for agent, created_at in first_by_run.values():
+            if created_at >= since_ns:
+                buckets[int(created_at / 1e9) // bucket_s * bucket_s][agent] += 1
+        labels = await self._labels.latest_by_run()
+        scored: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
+        latest: dict[tuple[str, str], tuple[str, int]] = {}
+        for run_id, method, agent, step, _created in attributions:
+            latest[(run_id, method)] = (agent, step)  # the newest answer of each method counts
+        for (run_id, method), (agent, step) in latest.items():
+            label = labels.get(run_id)
+            if label is not None:
+                scored[method].append(
+                    (normalise_agent(agent) == normalise_agent(label.agent), step == label.step)
+                )
+        accuracy = [
+            AttributorAccuracy(
+                method=method,
+                labelled_runs=len(marks),
+                agent_accuracy=sum(a for a, _ in marks) / len(marks),
+                step_accuracy=sum(s for _, s in marks) / len(marks),
+            )
+            for method, marks in sorted(scored.items())
+        ]
+        return Stats(
+            runs_by_status={
+                status.value: await self._store.count_runs(status=status.value)
+                for status in RunStatus
+            },
+            jobs_by_status=await self._jobs.counts(),
+            blame_by_agent=dict(blame.most_common()),
+            blame_over_time=[
+                BlameBucket(start=float(start), counts=dict(counts))
+                for start, counts in sorted(buckets.items())
+            ],
+            bucket_seconds=bucket_s,
+            accuracy=accuracy,
         )

@@ -6,10 +6,25 @@ Invalid values stop start-up with a message naming the field.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+CONFIG_ENV = "FAULTFINDER_CONFIG"
+"""Environment variable naming a TOML settings file (keys = field names)."""
+
+CommaList = Annotated[list[str], NoDecode]
+"""A list given in the environment as comma-separated values."""
 
 
 class SettingsError(ValueError):
@@ -72,6 +87,91 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(
         default=True, description="Upgrade the database schema to the latest revision on start."
     )
+    attributors: CommaList = Field(
+        default=["first_error"],
+        description="Attributors run on every failed run, in order (comma-separated names).",
+    )
+    plugins: CommaList = Field(
+        default=[],
+        description="Python modules imported at start-up that register extra attributors.",
+    )
+    workers: int = Field(
+        default=1,
+        ge=0,
+        description="Attribution jobs run at once in this process (0: leave them to "
+        "`faultfinder worker` processes).",
+    )
+    job_lease: float = Field(
+        default=60.0, gt=0, description="Seconds a claimed job stays a worker's without renewal."
+    )
+    job_max_attempts: int = Field(default=3, ge=1, description="Tries before a job fails.")
+    job_backoff: float = Field(
+        default=2.0, ge=0, description="Seconds before the first retry; doubles per attempt."
+    )
+    attribution_timeout: float = Field(
+        default=600.0, gt=0, description="Seconds one attribution may take before it fails."
+    )
+    api_keys: CommaList = Field(
+        default=[],
+        repr=False,
+        description="Keys for the query API and ingest (Authorization: Bearer KEY); none: open.",
+    )
+    ingest_keys: CommaList = Field(
+        default=[], repr=False, description="Keys that may only send spans (OTLP)."
+    )
+    webhook_urls: CommaList = Field(
+        default=[], description="URLs that receive a POST for every new attribution."
+    )
+    webhook_secret: str | None = Field(
+        default=None, repr=False, description="HMAC-SHA256 key signing webhook bodies."
+    )
+    llm_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "FAULTFINDER_LLM_BASE_URL", "OPENAI_BASE_URL", "llm_base_url"
+        ),
+        description="OpenAI-compatible endpoint for LLM attributors (or OPENAI_BASE_URL).",
+    )
+    llm_api_key: str | None = Field(
+        default=None,
+        repr=False,
+        validation_alias=AliasChoices("FAULTFINDER_LLM_API_KEY", "OPENAI_API_KEY", "llm_api_key"),
+        description="Key for the LLM endpoint (or OPENAI_API_KEY).",
+    )
+    llm_model: str | None = Field(
+        default=None, description="Model name for LLM attributors at that endpoint."
+    )
+    llm_timeout: float = Field(default=120.0, gt=0, description="Seconds per LLM request.")
+    llm_concurrency: int = Field(default=2, ge=1, description="LLM requests at once.")
+
+    @field_validator(
+        "attributors", "plugins", "api_keys", "ingest_keys", "webhook_urls", mode="before"
+    )
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # argument → environment → config file (FAULTFINDER_CONFIG, TOML) → default
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_ENV)
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
 
     @field_validator("database_url")
     @classmethod
@@ -87,6 +187,8 @@ def load_settings(**overrides: Any) -> Settings:
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         return Settings(**given)
+    except (FileNotFoundError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"settings file {os.environ.get(CONFIG_ENV)!r}: {exc}") from None
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

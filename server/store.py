@@ -33,6 +33,7 @@ from sqlalchemy import (
     Table,
     and_,
     case,
+    exists,
     func,
     or_,
     select,
@@ -48,6 +49,7 @@ from faultfinder.attributors.model import Attribution
 from faultfinder.sdk import conventions as c
 from faultfinder.server.db.models import (
     AttributionTable,
+    LabelTable,
     RunOutcome,
     RunStatus,
     RunTable,
@@ -552,8 +554,14 @@ class SpanStore:
         project: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        blamed_agent: str | None = None,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
     ) -> tuple[list[RunRow], str | None]:
         """Runs newest first (by when the store first saw them), one page at a time.
+
+        `blamed_agent` keeps runs with an ok attribution naming that agent (any case);
+        `since_ns`/`until_ns` bound the run's earliest span start (Unix ns).
 
         Pass the returned cursor to get the next page; it is None after the last page.
         Runs created after the first page was read do not show up on later pages, so a
@@ -567,6 +575,18 @@ class SpanStore:
             statement = statement.where(RUNS.c.status == status)
         if project is not None:
             statement = statement.where(RUNS.c.project == project)
+        if blamed_agent is not None:
+            statement = statement.where(
+                exists().where(
+                    ATTRIBUTIONS.c.run_id == RUNS.c.id,
+                    ATTRIBUTIONS.c.status == "ok",
+                    func.lower(ATTRIBUTIONS.c.agent) == blamed_agent.lower(),
+                )
+            )
+        if since_ns is not None:
+            statement = statement.where(RUNS.c.started_at >= since_ns)
+        if until_ns is not None:
+            statement = statement.where(RUNS.c.started_at < until_ns)
         if cursor is not None:
             created_at, run_id = _decode_cursor(cursor)
             statement = statement.where(
@@ -582,6 +602,14 @@ class SpanStore:
             return runs, None
         page = runs[:limit]
         return page, _encode_cursor(page[-1])
+
+    async def count_runs(self, *, status: str | None = None) -> int:
+        statement = select(func.count()).select_from(RUNS)
+        if status is not None:
+            statement = statement.where(RUNS.c.status == status)
+        async with self._engine.connect() as conn:
+            count: int = (await conn.execute(statement)).scalar_one()
+        return count
 
     async def count_spans(self) -> int:
         async with self._engine.connect() as conn:
@@ -690,3 +718,75 @@ class SpanStore:
             ).returning(RUNS.c.id)
         )
         return {row.id for row in result}
+
+
+LABELS: Table = LabelTable.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Label:
+    """A human's verdict on a run: the agent and 0-based step that caused the failure."""
+
+    id: int
+    run_id: str
+    agent: str
+    step: int
+    reason: str | None
+    author: str | None
+    created_at: int
+
+
+class LabelStore:
+    """Human labels (the gold for live accuracy) and the figures built on them."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def add(
+        self, run_id: str, *, agent: str, step: int, reason: str | None, author: str | None
+    ) -> Label:
+        values = {
+            "run_id": run_id,
+            "agent": agent,
+            "step": step,
+            "reason": reason,
+            "author": author,
+            "created_at": _now_ns(),
+        }
+        try:
+            async with self._engine.begin() as conn:
+                row = (
+                    await conn.execute(LABELS.insert().values(values).returning(*LABELS.c))
+                ).one()
+        except IntegrityError:
+            raise UnknownRunError(f"no run {run_id!r} to label") from None
+        return Label(**row._mapping)
+
+    async def for_run(self, run_id: str) -> list[Label]:
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(
+                select(LABELS).where(LABELS.c.run_id == run_id).order_by(LABELS.c.id)
+            )
+            return [Label(**row._mapping) for row in rows]
+
+    async def latest_by_run(self) -> dict[str, Label]:
+        """The newest label of every labelled run."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(select(LABELS).order_by(LABELS.c.id))
+            return {row.run_id: Label(**row._mapping) for row in rows}
+
+    async def ok_attributions(
+        self, *, since_ns: int | None = None
+    ) -> list[tuple[str, str, str, int, int]]:
+        """(run id, method, agent, step, created_at) of every ok attribution."""
+        statement = select(
+            ATTRIBUTIONS.c.run_id,
+            ATTRIBUTIONS.c.method,
+            ATTRIBUTIONS.c.agent,
+            ATTRIBUTIONS.c.step,
+            ATTRIBUTIONS.c.created_at,
+        ).where(ATTRIBUTIONS.c.status == "ok")
+        if since_ns is not None:
+            statement = statement.where(ATTRIBUTIONS.c.created_at >= since_ns)
+        async with self._engine.connect() as conn:
+            return [tuple(row) for row in await conn.execute(statement.order_by(ATTRIBUTIONS.c.id))]  # type: ignore[misc]

@@ -56,7 +56,7 @@ class OtlpTraceController(Controller):
         operation_id="exportTraces",
         summary="OTLP/HTTP trace export (protobuf or JSON)",
         status_code=200,
-        include_in_schema=True,
+        opt={"ingest": True},
     )
     async def export(self, request: Request[None, None, State]) -> Response[bytes]:
         settings: Settings = request.app.state.settings

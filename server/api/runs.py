@@ -1,17 +1,27 @@
-"""`/api/runs`: list runs with their status and attributions; one run with its trajectory."""
+"""`/api/runs`: runs with their status and attributions; verdicts, re-attribution, labels."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Request, get
+from litestar import Controller, Request, get, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import Parameter
 
-from faultfinder.server.api.schemas import RunDetail, RunPage
+from faultfinder.attributors.base import available_attributors
+from faultfinder.server.api.schemas import (
+    AttributeRunIn,
+    JobOut,
+    LabelIn,
+    LabelOut,
+    OutcomeIn,
+    RunDetail,
+    RunPage,
+    RunSummary,
+)
 from faultfinder.server.runs import RunService
-from faultfinder.server.store import InvalidCursorError
+from faultfinder.server.store import InvalidCursorError, UnknownRunError
 
 RUN_STATUSES = ("running", "complete", "failed", "attributed")
 
@@ -19,6 +29,14 @@ RUN_STATUSES = ("running", "complete", "failed", "attributed")
 def _service(request: Request[None, None, State]) -> RunService:
     service: RunService = request.app.state.runs
     return service
+
+
+def known_attributor(name: str) -> str:
+    if name not in available_attributors():
+        raise ValidationException(
+            f"attributor: unknown {name!r}; available: {', '.join(available_attributors())}"
+        )
+    return name
 
 
 class RunController(Controller):
@@ -30,9 +48,18 @@ class RunController(Controller):
         self,
         request: Request[None, None, State],
         status: Annotated[
-            str | None, Parameter(query="status", description=f"One of {RUN_STATUSES}")
+            str | None, Parameter(description=f"One of {', '.join(RUN_STATUSES)}")
         ] = None,
         project: str | None = None,
+        agent: Annotated[
+            str | None, Parameter(description="Only runs blamed on this agent")
+        ] = None,
+        since: Annotated[
+            float | None, Parameter(description="Runs started at/after (Unix seconds)")
+        ] = None,
+        until: Annotated[
+            float | None, Parameter(description="Runs started before (Unix seconds)")
+        ] = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
         cursor: str | None = None,
     ) -> RunPage:
@@ -40,7 +67,13 @@ class RunController(Controller):
             raise ValidationException(f"status must be one of {', '.join(RUN_STATUSES)}")
         try:
             return await _service(request).list_runs(
-                status=status, project=project, limit=limit, cursor=cursor
+                status=status,
+                project=project,
+                agent=agent,
+                since=since,
+                until=until,
+                limit=limit,
+                cursor=cursor,
             )
         except InvalidCursorError as exc:
             raise ValidationException(f"cursor: {exc}") from None
@@ -51,7 +84,74 @@ class RunController(Controller):
         summary="One run with its trajectory and attributions",
     )
     async def get_run(self, request: Request[None, None, State], run_id: str) -> RunDetail:
-        detail = await _service(request).get_run(run_id)
-        if detail is None:
-            raise NotFoundException(f"no run {run_id!r}")
-        return detail
+        try:
+            return await _service(request).get_run(run_id)
+        except UnknownRunError as exc:
+            raise NotFoundException(str(exc)) from None
+
+    @post(
+        "/{run_id:str}/outcome",
+        operation_id="postOutcome",
+        summary="Record a verdict (e.g. a grader's); failure triggers attribution",
+        status_code=200,
+    )
+    async def post_outcome(
+        self, request: Request[None, None, State], run_id: str, data: OutcomeIn
+    ) -> RunSummary:
+        try:
+            return await _service(request).post_outcome(
+                run_id,
+                data.outcome,
+                reason=data.reason,
+                ground_truth=data.ground_truth,
+                final_answer=data.final_answer,
+            )
+        except UnknownRunError as exc:
+            raise NotFoundException(str(exc)) from None
+
+    @post(
+        "/{run_id:str}/attributions",
+        operation_id="reattributeRun",
+        summary="Attribute the run again with a named attributor (202 + job)",
+        status_code=202,
+    )
+    async def reattribute(
+        self, request: Request[None, None, State], run_id: str, data: AttributeRunIn
+    ) -> JobOut:
+        known_attributor(data.attributor)
+        try:
+            return await _service(request).reattribute(run_id, data.attributor)
+        except UnknownRunError as exc:
+            raise NotFoundException(str(exc)) from None
+
+    @get("/{run_id:str}/jobs", operation_id="listRunJobs", summary="The run's attribution jobs")
+    async def jobs(self, request: Request[None, None, State], run_id: str) -> list[JobOut]:
+        try:
+            return await _service(request).jobs(run_id)
+        except UnknownRunError as exc:
+            raise NotFoundException(str(exc)) from None
+
+    @post(
+        "/{run_id:str}/labels",
+        operation_id="labelRun",
+        summary="A human's verdict: the agent and step that caused the failure",
+        status_code=201,
+    )
+    async def add_label(
+        self, request: Request[None, None, State], run_id: str, data: LabelIn
+    ) -> LabelOut:
+        try:
+            return await _service(request).add_label(
+                run_id, agent=data.agent, step=data.step, reason=data.reason, author=data.author
+            )
+        except UnknownRunError as exc:
+            raise NotFoundException(str(exc)) from None
+        except ValueError as exc:
+            raise ValidationException(str(exc)) from None
+
+    @get("/{run_id:str}/labels", operation_id="listRunLabels", summary="The run's human labels")
+    async def labels(self, request: Request[None, None, State], run_id: str) -> list[LabelOut]:
+        try:
+            return await _service(request).labels(run_id)
+        except UnknownRunError as exc:
+            raise NotFoundException(str(exc)) from None

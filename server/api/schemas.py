@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from faultfinder.attributors.model import Attribution, Trajectory
 
@@ -47,3 +47,80 @@ class IngestStats(BaseModel):
 class Health(BaseModel):
     status: str
     details: dict[str, Any] = {}
+
+
+class OutcomeIn(BaseModel):
+    """A verdict on a run, e.g. from a grader: `failure` triggers attribution."""
+
+    outcome: Literal["success", "failure"]
+    reason: str | None = Field(default=None, max_length=20_000)
+    ground_truth: str | None = Field(default=None, max_length=200_000)
+    final_answer: str | None = Field(default=None, max_length=200_000)
+
+
+class AttributeRunIn(BaseModel):
+    """Re-run attribution of a stored run with a named attributor."""
+
+    attributor: str = Field(min_length=1, max_length=200)
+
+
+class JobOut(BaseModel):
+    id: int
+    run_id: str | None
+    attributor: str
+    status: str
+    attempts: int
+    max_attempts: int
+    last_error: str | None = None
+    attribution: Attribution | None = None
+
+
+class AttributeIn(BaseModel):
+    """An ad-hoc trajectory to attribute, synchronously (with a timeout) or as a job."""
+
+    trajectory: Trajectory
+    attributor: str = Field(default="first_error", min_length=1, max_length=200)
+    wait: bool = Field(
+        default=True, description="Answer with the attribution (200) or at once with a job (202)."
+    )
+    timeout: float = Field(default=60.0, gt=0, le=3600)
+    use_ground_truth: bool | None = None
+
+
+class LabelIn(BaseModel):
+    """A human's verdict: which agent and which 0-based step caused the failure."""
+
+    agent: str = Field(min_length=1, max_length=500)
+    step: int = Field(ge=0)
+    reason: str | None = Field(default=None, max_length=20_000)
+    author: str | None = Field(default=None, max_length=200)
+
+
+class LabelOut(LabelIn):
+    id: int
+    run_id: str
+    created_at: float
+
+
+class BlameBucket(BaseModel):
+    start: float
+    """Unix seconds of the bucket's start."""
+    counts: dict[str, int]
+    """Blamed agent → number of failed runs attributed to it in the bucket."""
+
+
+class AttributorAccuracy(BaseModel):
+    method: str
+    labelled_runs: int
+    agent_accuracy: float | None
+    step_accuracy: float | None
+
+
+class Stats(BaseModel):
+    runs_by_status: dict[str, int]
+    jobs_by_status: dict[str, int]
+    blame_by_agent: dict[str, int]
+    blame_over_time: list[BlameBucket]
+    bucket_seconds: int
+    accuracy: list[AttributorAccuracy]
+    """Each attributor's live accuracy against human labels."""

@@ -175,3 +175,78 @@ class AttributionTable(SQLModel, table=True):
     payload: dict[str, Any] = Field(sa_column=Column(JSONColumn, nullable=False))
     """The whole `faultfinder.attributors.model.Attribution` as JSON."""
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class JobStatus(StrEnum):
+    """Where an attribution job is (`jobs.status`)."""
+
+    QUEUED = "queued"
+    """Waiting for a worker (possibly not before `not_before`, after a failed attempt)."""
+    RUNNING = "running"
+    """Claimed by a worker whose lease has not expired."""
+    DONE = "done"
+    """Finished with an attribution stored."""
+    FAILED = "failed"
+    """Gave up after its last attempt; `last_error` says why."""
+
+
+class JobTable(SQLModel, table=True):
+    """One attribution job: run a named attributor on a run (or on a posted trajectory)."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_jobs"),
+        # The claim query: queued jobs that are due, oldest first.
+        Index("ix_jobs_status_not_before", "status", "not_before"),
+        Index("ix_jobs_run_id", "run_id"),
+        # A run gets its automatic jobs once, whichever replica notices it failed.
+        Index("ux_jobs_run_attributor_trigger", "run_id", "attributor", "trigger", unique=True),
+    )
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    run_id: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    """The run to attribute; null for an ad-hoc trajectory carried in `payload`."""
+    attributor: str = Field(sa_column=Column(String, nullable=False))
+    trigger: str = Field(sa_column=Column(String, nullable=False))
+    """`auto` for jobs the lifecycle enqueues, a unique `manual-…` token for requests."""
+    status: str = Field(sa_column=Column(String(16), nullable=False))
+    """A `JobStatus` value."""
+    attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    max_attempts: int = Field(sa_column=Column(Integer, nullable=False))
+    not_before: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Unix ns before which the job is not claimed (retry backoff)."""
+    lease_until: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    """While running: Unix ns when the claim expires unless the worker renews it."""
+    worker: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    attribution_id: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    payload: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSONColumn, nullable=True)
+    )
+    """Ad-hoc jobs: `{"trajectory": …, "options": …}`."""
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class LabelTable(SQLModel, table=True):
+    """A human's verdict on who and when a run failed (the gold for live accuracy)."""
+
+    __tablename__ = "labels"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_labels"),
+        Index("ix_labels_run_id", "run_id"),
+    )
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    run_id: str = Field(
+        sa_column=Column(
+            String,
+            ForeignKey("runs.id", ondelete="CASCADE", name="fk_labels_run_id_runs"),
+            nullable=False,
+        )
+    )
+    agent: str = Field(sa_column=Column(String, nullable=False))
+    step: int = Field(sa_column=Column(Integer, nullable=False))
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    author: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))

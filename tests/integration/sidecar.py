@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 FAULTFINDER = Path(sys.executable).with_name("faultfinder")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -36,12 +37,47 @@ class Sidecar:
         return self.log_path.read_text(errors="replace")
 
 
+def _environment(database_url: str, env: dict[str, str]) -> dict[str, str]:
+    # The repository root on PYTHONPATH lets FAULTFINDER_PLUGINS name test plugins.
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "FAULTFINDER_DATABASE_URL": database_url, **env}
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def running_worker(
+    database_url: str, tmp_path: Path, **env: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `faultfinder worker` process; stopped with SIGTERM at exit (if still alive)."""
+    log_path = tmp_path / f"worker-{len(list(tmp_path.glob('worker-*.log')))}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [str(FAULTFINDER), "worker"],
+            env=_environment(database_url, env),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield process
+    finally:
+        _stop(process)
+
+
 @contextmanager
 def running_sidecar(database_url: str, tmp_path: Path, **env: str) -> Iterator[Sidecar]:
     """A sidecar process on free ports; stopped with SIGTERM (clean shutdown) at exit."""
     port, grpc_port = free_port(), free_port()
     log_path = tmp_path / f"sidecar-{port}.log"
-    environment = {**os.environ, "FAULTFINDER_DATABASE_URL": database_url, **env}
+    environment = _environment(database_url, env)
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
             [str(FAULTFINDER), "serve", "--port", str(port), "--grpc-port", str(grpc_port)],
@@ -65,10 +101,4 @@ def running_sidecar(database_url: str, tmp_path: Path, **env: str) -> Iterator[S
             time.sleep(0.1)
         yield sidecar
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        _stop(process)

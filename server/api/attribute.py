@@ -1,0 +1,71 @@
+"""`POST /api/attribute`: attribute a trajectory sent in the request; `/api/jobs/{id}`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
+
+from faultfinder.server.api.runs import known_attributor
+from faultfinder.server.api.schemas import AttributeIn, JobOut, Stats
+from faultfinder.server.attribution import AttributionService
+from faultfinder.server.jobs import JobQueue
+from faultfinder.server.runs import RunService, job_out
+
+
+class AttributeController(Controller):
+    tags = ("attribution",)
+
+    @post(
+        "/api/attribute",
+        operation_id="attributeTrajectory",
+        summary="Attribute a posted trajectory: 200 with the attribution, or 202 with a job",
+    )
+    async def attribute(
+        self, request: Request[None, None, State], data: AttributeIn
+    ) -> Response[JobOut]:
+        known_attributor(data.attributor)
+        jobs: JobQueue = request.app.state.jobs
+        service: AttributionService = request.app.state.attribution
+        if data.wait:
+            try:
+                async with asyncio.timeout(data.timeout):
+                    attribution = await service.attribute(
+                        data.trajectory, data.attributor, use_ground_truth=data.use_ground_truth
+                    )
+            except TimeoutError:
+                pass  # fall through to a job the caller can poll
+            else:
+                return Response(
+                    JobOut(
+                        id=0,
+                        run_id=None,
+                        attributor=data.attributor,
+                        status="done",
+                        attempts=1,
+                        max_attempts=1,
+                        attribution=attribution,
+                    ),
+                    status_code=200,
+                )
+        job = await jobs.enqueue(
+            data.attributor, payload={"trajectory": data.trajectory.model_dump(mode="json")}
+        )
+        return Response(job_out(job), status_code=202)
+
+    @get("/api/jobs/{job_id:int}", operation_id="getJob", summary="An attribution job")
+    async def job(self, request: Request[None, None, State], job_id: int) -> JobOut:
+        jobs: JobQueue = request.app.state.jobs
+        job = await jobs.get(job_id)
+        if job is None:
+            raise NotFoundException(f"no job {job_id}")
+        return job_out(job)
+
+    @get("/api/stats", operation_id="stats", summary="Blame by agent over time; live accuracy")
+    async def stats(
+        self, request: Request[None, None, State], window: float = 7 * 86400, bucket: int = 3600
+    ) -> Stats:
+        service: RunService = request.app.state.runs
+        return await service.stats(window_s=window, bucket_s=max(60, bucket))

@@ -1,0 +1,209 @@
+"""The attribution service: run configured attributors on failed runs, as durable jobs.
+
+`AttributionService.attribute` runs one attributor on one trajectory and always
+returns a validated `Attribution` (a failure is a value with its reason).
+`AttributionWorker` is the daemon that claims jobs, renews their leases while it
+works, stores results exactly once, and retries failures with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from faultfinder.attributors.base import AttributeOptions, Attributor, get_attributor
+from faultfinder.attributors.model import (
+    Attribution,
+    AttributionStatus,
+    Trajectory,
+    validate_against,
+)
+from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.server.jobs import Job, JobQueue
+from faultfinder.server.store import SpanStore
+
+log = logging.getLogger(__name__)
+
+# Trajectory metadata an attributor must never see: the gold label a benchmark replay
+# or a human attached to the run.
+HIDDEN_METADATA = ("label",)
+
+OnAttribution = Callable[[str | None, Attribution], Awaitable[None]]
+
+
+def without_gold(trajectory: Trajectory) -> Trajectory:
+    """The trajectory as an attributor may see it (no gold label in its metadata)."""
+    if not any(key in trajectory.metadata for key in HIDDEN_METADATA):
+        return trajectory
+    metadata = {k: v for k, v in trajectory.metadata.items() if k not in HIDDEN_METADATA}
+    return trajectory.model_copy(update={"metadata": metadata})
+
+
+class AttributionService:
+    """Builds attributors by name (once each) and runs them safely."""
+
+    def __init__(
+        self,
+        store: SpanStore,
+        *,
+        attributor_config: Mapping[str, Mapping[str, Any]] | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self._store = store
+        self._config = dict(attributor_config or {})
+        self._timeout_s = timeout_s
+        self._attributors: dict[str, Attributor] = {}
+
+    def attributor(self, name: str) -> Attributor:
+        """The attributor registered as `name` (raises UnknownAttributorError)."""
+        if name not in self._attributors:
+            self._attributors[name] = get_attributor(name, **self._config.get(name, {}))
+        return self._attributors[name]
+
+    async def attribute(
+        self, trajectory: Trajectory, name: str, *, use_ground_truth: bool | None = None
+    ) -> Attribution:
+        """Run attributor `name`; never raises for the attributor's own failures."""
+        visible = without_gold(trajectory)
+        with_truth = (
+            visible.ground_truth is not None if use_ground_truth is None else use_ground_truth
+        )
+        options = AttributeOptions(use_ground_truth=with_truth)
+        started = time.perf_counter()
+        try:
+            attributor = self.attributor(name)
+            async with asyncio.timeout(self._timeout_s):
+                attribution = await attributor.attribute(visible, options)
+        except TimeoutError:
+            return Attribution.failed(
+                name,
+                f"timed out after {self._timeout_s:g}s",
+                latency_s=time.perf_counter() - started,
+            )
+        except Exception as exc:  # an attributor's bug must not take the worker down
+            log.exception("attributor %s raised on run %s", name, trajectory.run_id)
+            return Attribution.failed(
+                name, f"{type(exc).__name__}: {exc}", latency_s=time.perf_counter() - started
+            )
+        problem = validate_against(attribution, visible)
+        if problem is not None:
+            return Attribution.failed(
+                name,
+                f"invalid answer: {problem}",
+                llm_calls=attribution.llm_calls,
+                prompt_tokens=attribution.prompt_tokens,
+                completion_tokens=attribution.completion_tokens,
+                latency_s=attribution.latency_s,
+                model=attribution.model,
+            )
+        return attribution
+
+    async def trajectory_of(self, job: Job) -> Trajectory | None:
+        """The trajectory a job is about (assembled from the run's spans, or posted)."""
+        if job.run_id is not None:
+            spans = await self._store.run_spans(job.run_id)
+            return assemble_trajectory(job.run_id, spans) if spans else None
+        if job.payload and "trajectory" in job.payload:
+            return Trajectory.model_validate(job.payload["trajectory"])
+        return None
+
+
+class AttributionWorker:
+    """Daemon: claim jobs, attribute, store; `async with AttributionWorker(...)`."""
+
+    def __init__(
+        self,
+        service: AttributionService,
+        jobs: JobQueue,
+        *,
+        concurrency: int = 1,
+        poll_interval: float = 0.5,
+        lease_s: float = 60.0,
+        auto_attributors: tuple[str, ...] = (),
+        on_attribution: OnAttribution | None = None,
+        name: str | None = None,
+    ) -> None:
+        self._service = service
+        self._jobs = jobs
+        self._concurrency = concurrency
+        self._poll_interval = poll_interval
+        self._lease_s = lease_s
+        self._auto = auto_attributors
+        self._on_attribution = on_attribution
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self.executed = 0
+
+    async def __aenter__(self) -> AttributionWorker:
+        self._tasks = [
+            asyncio.create_task(self._loop(slot), name=f"faultfinder-worker-{slot}")
+            for slot in range(self._concurrency)
+        ]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self, slot: int) -> None:
+        while not self._stopping.is_set():
+            try:
+                if slot == 0:
+                    # Housekeeping on one slot: jobs of dead workers, failed runs without jobs.
+                    await self._jobs.requeue_expired()
+                    await self._jobs.enqueue_for_failed_runs(self._auto)
+                job = await self._jobs.claim(self.name, lease_s=self._lease_s)
+            except Exception:
+                log.exception("claiming a job failed; trying again")
+                job = None
+            if job is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self._poll_interval)
+                continue
+            await self._execute(job)
+
+    async def _renew_lease(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            if not await self._jobs.renew(job.id, self.name, lease_s=self._lease_s):
+                log.warning("lost the lease on job %s", job.id)
+                return
+
+    async def _execute(self, job: Job) -> None:
+        renewer = asyncio.create_task(self._renew_lease(job))
+        try:
+            trajectory = await self._service.trajectory_of(job)
+            if trajectory is None:
+                await self._jobs.give_up(
+                    job.id, self.name, error="the run has no spans to attribute"
+                )
+                return
+            attribution = await self._service.attribute(trajectory, job.attributor)
+            self.executed += 1
+        except Exception as exc:
+            log.exception("job %s failed", job.id)
+            attribution = Attribution.failed(job.attributor, f"{type(exc).__name__}: {exc}")
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        if attribution.status is AttributionStatus.FAILED and job.attempts < job.max_attempts:
+            await self._jobs.retry_later(job, self.name, error=attribution.failure_reason or "")
+            return
+        stored = await self._jobs.finish_with_attribution(job, self.name, attribution)
+        if stored and self._on_attribution is not None:
+            try:
+                await self._on_attribution(job.run_id, attribution)
+            except Exception:
+                log.exception("attribution hook failed for job %s", job.id)
