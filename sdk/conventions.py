@@ -155,3 +155,16 @@ EXCEPTION_MESSAGE: Final = "exception.message"
 """Exception event attribute: the exception's message."""
 OI_PROJECT_NAME: Final = "openinference.project.name"
 """Resource attribute naming the project in OpenInference receivers (e.g. Arize Phoenix)."""
+
+# --- appended: SDK step helpers ------------------------------------------------------
+
+HANDOFF_TARGET: Final = "faultfinder.handoff.target"
+"""The agent a handoff step passes control to (the source is `gen_ai.agent.name`)."""
+
+# Values of faultfinder.step.kind (the `StepKind` names, kept here so agents need no server code)
+STEP_KIND_MESSAGE: Final = "message"
+STEP_KIND_LLM: Final = "llm"
+STEP_KIND_TOOL: Final = "tool"
+STEP_KIND_HANDOFF: Final = "handoff"
+STEP_KIND_HUMAN: Final = "human"
+STEP_KIND_SYSTEM: Final = "system"

@@ -1,0 +1,147 @@
+"""The SDK against a real sidecar: an instrumented program's run is stored, failed, attributed
+and queried back with `Client`, with API keys switched on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from faultfinder.sdk import AuthError, Client, NotFoundError
+from tests.integration.sidecar import Sidecar, running_sidecar
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "sdk-test-key"
+DONE = {"failed", "attributed"}
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """One sidecar (SQLite) for the module; each test works in a project of its own."""
+    directory = tmp_path_factory.mktemp("sdk-sidecar")
+    with running_sidecar(
+        f"sqlite+aiosqlite:///{directory / 'faultfinder.db'}",
+        directory,
+        FAULTFINDER_QUIET_PERIOD="0.3",
+        FAULTFINDER_SWEEP_INTERVAL="0.1",
+        FAULTFINDER_API_KEYS=API_KEY,
+        FAULTFINDER_ATTRIBUTORS="first_error",
+    ) as running:
+        yield running
+
+
+def run_python(sidecar: Sidecar, *args: str, **env: str) -> str:
+    """Run a program the way a user would, pointed at the sidecar by the environment."""
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("OTEL_", "FAULTFINDER_"))
+    }
+    environment.update(FAULTFINDER_ENDPOINT=sidecar.url, FAULTFINDER_API_KEY=API_KEY)
+    environment.update(env)
+    result = subprocess.run(
+        [sys.executable, *args],
+        env=environment,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"{result.stderr}\n--- sidecar log ---\n{sidecar.log()}"
+    return result.stdout
+
+
+def test_the_example_program_is_stored_failed_and_attributed(sidecar: Sidecar) -> None:
+    output = run_python(sidecar, str(ROOT / "examples" / "multi_agent_sdk.py"))
+    match = re.search(r"run ([0-9a-f]{32}) finished: failure", output)
+    assert match, output
+    run_id = match.group(1)
+
+    with Client(sidecar.url, API_KEY) as client:
+        got = client.wait_for_run(run_id, DONE, timeout=60, poll_interval=0.1)
+        assert got.project == "examples"
+        assert got.outcome == "failure"
+        trajectory = got.trajectory
+        assert trajectory.agents == ("Orchestrator", "PriceLookup", "Calculator")
+        assert trajectory.ground_truth == "19.08 EUR" and trajectory.final_answer == "18.60 EUR"
+        assert trajectory.metadata["service"] == "shopping-team"
+        assert [step.index for step in trajectory.steps] == list(range(len(trajectory.steps)))
+        (failed_tool,) = [step for step in trajectory.steps if step.status == "error"]
+        assert (failed_tool.agent, failed_tool.kind) == ("PriceLookup", "tool")
+        assert failed_tool.tool_name == "catalog.lookup"
+        assert "CatalogError" in (failed_tool.error or "")
+        guess = trajectory.steps[failed_tool.index + 1]
+        assert guess.agent == "PriceLookup" and "1.00 EUR" in guess.content
+
+        listed = list(client.runs(status=got.status, project="examples"))
+        assert [run.id for run in listed] == [run_id]
+        assert listed[0].agents == trajectory.agents
+
+        # A human marks the decisive step; the sidecar attributes again on request.
+        label = client.label(run_id, guess.agent, guess.index, "guessed a price")
+        assert client.labels(run_id) == (label,)
+        job = client.reattribute(run_id, "first_error")
+        finished = client.wait_for_job(job.id, timeout=60, poll_interval=0.1)
+        assert finished.status == "done", finished.last_error
+        attributions = client.wait_for_run(run_id, "attributed", timeout=60).attributions
+        assert attributions and all(a.agent in trajectory.agents for a in attributions if a.ok)
+        stats = client.stats()
+        assert stats.runs_by_status.get("attributed", 0) >= 1
+        assert sum(stats.blame_by_agent.values()) >= 1
+
+        with pytest.raises(NotFoundError, match="no-such-run"):
+            client.run("no-such-run")
+
+    with Client(sidecar.url, "wrong-key") as stranger, pytest.raises(AuthError):
+        list(stranger.runs())
+
+
+def test_the_documented_snippets_work_as_written(sidecar: Sidecar) -> None:
+    markdown = (ROOT / "docs" / "instrument.md").read_text()
+    instrument, query = re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL)
+    output = run_python(sidecar, "-c", instrument + "\n" + query)
+
+    lines = output.strip().splitlines()
+    assert lines, "the query snippet printed no attribution"
+    method, agent, step, *_ = lines[0].split(" ", 3)
+    assert method == "first_error"
+    assert agent in {"Planner", "Searcher"} and 0 <= int(step) <= 2
+    with Client(sidecar.url, API_KEY) as client:
+        (summary,) = client.runs(project="demo")
+        assert summary.status == "attributed" and summary.outcome == "failure"
+        assert summary.agents == ("Planner", "Searcher")
+
+
+def test_spans_can_travel_over_grpc_configured_by_the_standard_variables(
+    sidecar: Sidecar,
+) -> None:
+    program = (
+        "from faultfinder.sdk import configure, run, agent_step, shutdown\n"
+        "configure(project='grpc')\n"
+        "with run(task='ping') as r, agent_step('Echo') as step:\n"
+        "    step.say('pong')\n"
+        "    r.fail('no reason')\n"
+        "shutdown()\n"
+        "print(r.run_id)\n"
+    )
+    output = run_python(
+        sidecar,
+        "-c",
+        program,
+        FAULTFINDER_ENDPOINT="",
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        OTEL_EXPORTER_OTLP_ENDPOINT=sidecar.grpc_endpoint,
+        OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer%20{API_KEY}",
+    )
+    run_id = output.strip().splitlines()[-1]
+    with Client(sidecar.url, API_KEY) as client:
+        got = client.wait_for_run(run_id, DONE, timeout=60, poll_interval=0.1)
+    assert got.project == "grpc"
+    assert [(step.agent, step.content) for step in got.trajectory.steps] == [("Echo", "pong")]
