@@ -2,7 +2,7 @@
 # Install into .venv and run every check: ruff (lint + format), mypy, the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+bash scripts/install.sh --llm
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

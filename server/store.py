@@ -616,6 +616,12 @@ class SpanStore:
             count: int = (await conn.execute(select(func.count()).select_from(SPANS))).scalar_one()
         return count
 
+    async def get_attribution(self, attribution_id: int) -> Attribution | None:
+        statement = select(ATTRIBUTIONS.c.payload).where(ATTRIBUTIONS.c.id == attribution_id)
+        async with self._engine.connect() as conn:
+            payload = (await conn.execute(statement)).scalar_one_or_none()
+        return Attribution.model_validate(payload) if payload is not None else None
+
     async def list_attributions(self, run_id: str) -> list[Attribution]:
         """A run's attributions, oldest first."""
         return (await self.attributions_by_run([run_id])).get(run_id, [])

@@ -61,7 +61,10 @@ class AttributeController(Controller):
         job = await jobs.get(job_id)
         if job is None:
             raise NotFoundException(f"no job {job_id}")
-        return job_out(job)
+        attribution = None
+        if job.attribution_id is not None:
+            attribution = await request.app.state.store.get_attribution(job.attribution_id)
+        return job_out(job, attribution)
 
     @get("/api/stats", operation_id="stats", summary="Blame by agent over time; live accuracy")
     async def stats(

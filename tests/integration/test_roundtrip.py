@@ -79,11 +79,16 @@ def test_every_who_and_when_record_round_trips_over_otlp_protobuf(
             assert_same_steps(record, detail)
             assert detail["trajectory"]["task"] == record.trajectory.task
             assert detail["trajectory"]["ground_truth"] == record.trajectory.ground_truth
-        # Every replayed run says outcome=failure: once quiet, all of them are failed runs.
-        deadline = time.monotonic() + 60
-        while (statuses := {run["status"] for run in all_runs(client)}) != {"failed"}:
+        # Every replayed run says outcome=failure: once quiet, each is a failed run and the
+        # default attributor (first_error) attributes it.
+        deadline = time.monotonic() + 120
+        while (statuses := {run["status"] for run in all_runs(client)}) != {"attributed"}:
+            assert statuses <= {"running", "failed", "attributed"}, statuses
             assert time.monotonic() < deadline, statuses
             time.sleep(0.5)
+        assert all(
+            [a["method"] for a in run["attributions"]] == ["first_error"] for run in all_runs(client)
+        )
 
 
 @pytest.mark.parametrize("protocol", ["http/json", "grpc"])
