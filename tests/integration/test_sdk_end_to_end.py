@@ -104,8 +104,8 @@ def test_the_example_program_is_stored_failed_and_attributed(sidecar: Sidecar) -
 
 
 def test_the_documented_snippets_work_as_written(sidecar: Sidecar) -> None:
-    markdown = (ROOT / "docs" / "instrument.md").read_text()
-    instrument, query = re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL)
+    markdown = (ROOT / "README.md").read_text()
+    instrument, query = re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL)[:2]
     output = run_python(sidecar, "-c", instrument + "\n" + query)
 
     lines = output.strip().splitlines()

@@ -558,7 +558,7 @@ def python_blocks(markdown: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
 
 
-def test_the_instrument_snippet_in_the_docs_records_the_run_it_describes(
+def test_the_instrument_snippet_in_the_readme_records_the_run_it_describes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     memory = InMemorySpanExporter()
@@ -568,10 +568,10 @@ def test_the_instrument_snippet_in_the_docs_records_the_run_it_describes(
         "configure",
         functools.partial(configure, exporter=memory, batch=False, set_global=False),
     )
-    snippet = python_blocks(ROOT / "docs" / "instrument.md")[0]
+    snippet = python_blocks(ROOT / "README.md")[0]
     assert len(snippet.strip().splitlines()) <= 12, "the README snippet should stay short"
     namespace: dict[str, object] = {}
-    exec(compile(snippet, "docs/instrument.md", "exec"), namespace)
+    exec(compile(snippet, "README.md", "exec"), namespace)
 
     r = namespace["r"]
     assert isinstance(r, faultfinder.sdk.Run)
