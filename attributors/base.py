@@ -42,7 +42,11 @@ _REGISTRY: dict[str, AttributorFactory] = {}
 
 # Modules that register the built-in attributors when imported; loaded on first lookup
 # so that importing the registry stays cheap.
-_BUILTIN_MODULES = ("faultfinder.attributors.heuristics", "faultfinder.attributors.llm_methods")
+_BUILTIN_MODULES = (
+    "faultfinder.attributors.heuristics",
+    "faultfinder.attributors.llm_methods",
+    "faultfinder.attributors.learned",
+)
 
 
 class UnknownAttributorError(KeyError):

@@ -10,6 +10,7 @@ import click
 
 from faultfinder import __version__
 from faultfinder.benchmarks.cli import bench
+from faultfinder.benchmarks.train import train_command
 from faultfinder.server.llm_cli import llm_group
 from faultfinder.server.settings import Settings, SettingsError, load_settings
 
@@ -102,6 +103,7 @@ def db_upgrade(database_url: str | None) -> None:
 
 main.add_command(bench)
 main.add_command(llm_group)
+main.add_command(train_command)
 
 
 @main.command()

@@ -1,0 +1,126 @@
+"""Online auditor: score each new step of a still-running trajectory and alarm at a likely culprit.
+
+Uses the learned model's prefix-only scorer (features of step i depend on steps 0..i
+only) and the alarm threshold chosen on training data. Pure and incremental: each
+call scores only the steps that arrived since the previous call for that run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from faultfinder.attributors.features import PrefixScanner
+from faultfinder.attributors.learned import StepModel, default_model
+from faultfinder.attributors.model import Step, Trajectory
+
+__all__ = ["Alarm", "Auditor"]
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """A step that looks like the run's decisive error, raised while the run was in progress."""
+
+    run_id: str
+    step: int
+    agent: str
+    score: float
+    threshold: float
+    steps_seen: int
+    """How many steps of the run had arrived when the alarm was raised."""
+
+
+@dataclass
+class _RunState:
+    scanner: PrefixScanner
+    ground_truth: str | None
+    steps: list[Step] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    alarm: Alarm | None = None
+
+
+class Auditor:
+    """Watches growing trajectories; `observe(prefix)` returns an `Alarm` or None.
+
+    `model` is a prefix-only `StepModel` with an `alarm_threshold`, or a full model
+    that carries one as `.auditor` (the packaged default does). Each run raises at
+    most one alarm (the first step above the threshold) unless `alarm_once` is False.
+    """
+
+    def __init__(
+        self,
+        model: StepModel | None = None,
+        *,
+        threshold: float | None = None,
+        use_ground_truth: bool = True,
+        alarm_once: bool = True,
+    ) -> None:
+        model = model if model is not None else default_model()
+        if not model.prefix_only:
+            if model.auditor is None:
+                raise ValueError("the model has no prefix-only auditor model")
+            model = model.auditor
+        chosen = threshold if threshold is not None else model.alarm_threshold
+        if chosen is None:
+            raise ValueError("no alarm threshold: pass one or use a model trained with one")
+        self.model = model
+        self.threshold = chosen
+        self.use_ground_truth = use_ground_truth
+        self.alarm_once = alarm_once
+        self._runs: dict[str, _RunState] = {}
+
+    def observe(self, trajectory_prefix: Trajectory) -> Alarm | None:
+        """Score the steps that are new since the last call for this run; alarm on the first
+        one above the threshold. A prefix that does not extend the previous one (a step
+        changed or disappeared) restarts the run's state."""
+        run_id = trajectory_prefix.run_id
+        state = self._runs.get(run_id)
+        steps = trajectory_prefix.steps
+        ground_truth = trajectory_prefix.ground_truth if self.use_ground_truth else None
+        if state is None or not self._extends(state, steps, ground_truth):
+            state = _RunState(
+                PrefixScanner(trajectory_prefix.task, ground_truth, use_ground_truth=True),
+                ground_truth,
+            )
+            self._runs[run_id] = state
+        raised: Alarm | None = None
+        for step in steps[len(state.steps) :]:
+            state.scanner.push(step)
+            state.steps.append(step)
+            index = step.index
+            score = self.model.scorer.score(state.scanner.prefix_row(index))
+            state.scores.append(score)
+            if raised is None and score > self.threshold:
+                if self.alarm_once and state.alarm is not None:
+                    continue
+                raised = Alarm(
+                    run_id=run_id,
+                    step=index,
+                    agent=step.agent,
+                    score=score,
+                    threshold=self.threshold,
+                    steps_seen=len(steps),
+                )
+                state.alarm = state.alarm or raised
+        return raised
+
+    @staticmethod
+    def _extends(state: _RunState, steps: tuple[Step, ...], ground_truth: str | None) -> bool:
+        if ground_truth != state.ground_truth or len(steps) < len(state.steps):
+            return False
+        # Comparing the last few steps catches a restarted run without O(n) work per call.
+        recent = range(max(0, len(state.steps) - 3), len(state.steps))
+        return all(steps[i] == state.steps[i] for i in recent)
+
+    def scores(self, run_id: str) -> list[float]:
+        """The prefix scores of the run's steps seen so far."""
+        state = self._runs.get(run_id)
+        return list(state.scores) if state else []
+
+    def alarm(self, run_id: str) -> Alarm | None:
+        """The run's first alarm, if any."""
+        state = self._runs.get(run_id)
+        return state.alarm if state else None
+
+    def forget(self, run_id: str) -> None:
+        """Drop a finished run's state."""
+        self._runs.pop(run_id, None)

@@ -1,0 +1,652 @@
+"""Per-step features of a trajectory for the learned step scorer and the online auditor.
+
+Pure and fast (one pass, regexes and token sets): `step_features` turns a trajectory
+into one numeric row per step, in the order of `FEATURES` (or `PREFIX_FEATURES`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from faultfinder.attributors.heuristics import error_signals, is_acting_step
+from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
+
+__all__ = [
+    "FEATURES",
+    "PREFIX_FEATURES",
+    "Feature",
+    "PrefixScanner",
+    "extract_final_answer",
+    "feature_names",
+    "step_features",
+]
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One column of the feature matrix."""
+
+    name: str
+    doc: str
+    prefix_safe: bool
+    """True when the value for step i depends only on steps 0..i (and the task and
+    ground truth), so that the online auditor may use it while the run streams in."""
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("position", "0-based index of the step.", True),
+    Feature("log_position", "log(1 + index).", True),
+    Feature("relative_position", "index / (n - 1); 0 for a one-step run.", False),
+    Feature("log_steps_total", "log(1 + number of steps in the run).", False),
+    Feature("log_steps_to_end", "log(1 + steps after this one).", False),
+    Feature(
+        "is_acting", "An agent decided this step (message/llm/handoff of a non-tool agent).", True
+    ),
+    Feature("kind_message", "Step kind is message.", True),
+    Feature("kind_tool", "Step kind is tool (tool or terminal output).", True),
+    Feature("kind_handoff", "Step kind is handoff, or the step names the next speaker.", True),
+    Feature("kind_human", "Step kind is human.", True),
+    Feature("kind_other", "Step kind is llm or system.", True),
+    Feature("acting_rank", "Acting steps before this one.", True),
+    Feature("is_first_acting", "This is the run's first acting step.", True),
+    Feature("agent_turn", "Earlier steps by the same agent.", True),
+    Feature("agent_first_turn", "No earlier step by the same agent.", True),
+    Feature("agent_last_turn", "No later step by the same agent.", False),
+    Feature("agents_before", "Distinct agents seen before this step.", True),
+    Feature("agent_is_first_speaker", "Same agent as the run's first acting step.", True),
+    Feature("error_in_step", "Strongest error signal in the step (0 when none).", True),
+    Feature(
+        "error_in_previous", "Strongest error signal in the step just before (the input).", True
+    ),
+    Feature(
+        "error_after",
+        "Strongest error signal in the tool/terminal/human outputs that follow the step "
+        "until the next acting step (the results this step is answerable for).",
+        False,
+    ),
+    Feature(
+        "first_error_blame",
+        "The step is the one the first-error rule blames: the acting step answerable "
+        "for the run's first error signal.",
+        False,
+    ),
+    Feature("errors_before", "log(1 + earlier steps that show an error signal).", True),
+    Feature("first_error_here", "The step shows an error signal and no earlier step does.", True),
+    Feature(
+        "repetition",
+        "Highest token-set Jaccard similarity to one of the agent's last 5 earlier steps.",
+        True,
+    ),
+    Feature(
+        "loop_count",
+        "log(1 + of the agent's last 20 earlier steps, those with Jaccard similarity >= 0.8).",
+        True,
+    ),
+    Feature("log_length", "log(1 + characters of content).", True),
+    Feature(
+        "length_vs_agent",
+        "log of content length over the mean length of the agent's earlier steps (0 if none).",
+        True,
+    ),
+    Feature("code_blocks", "Number of fenced code blocks in the step.", True),
+    Feature("task_overlap", "Share of the task's distinct words that occur in the step.", True),
+    Feature(
+        "new_numbers",
+        "log(1 + numbers in the step that neither the task nor an earlier step contains).",
+        True,
+    ),
+    Feature(
+        "new_words",
+        "Share of the step's distinct words that neither the task nor an earlier step contains.",
+        True,
+    ),
+    Feature(
+        "hedging",
+        "The step assumes, simulates or invents data (assume, hypothetical, placeholder, "
+        "mock, sample data, for demonstration…).",
+        True,
+    ),
+    Feature("apology", "The step apologises or gives up (sorry, unfortunately, I cannot…).", True),
+    Feature("verification", "The step claims to verify or confirm something.", True),
+    Feature("terminates", "The step contains TERMINATE or a final answer marker.", True),
+    Feature(
+        "ledger_stalled_before",
+        "The latest progress ledger before the step says the run is in a loop or not "
+        "making progress.",
+        True,
+    ),
+    Feature(
+        "ledger_stalled_after",
+        "The first progress ledger after the step (before the agent speaks again) says the "
+        "run is in a loop or not making progress.",
+        False,
+    ),
+    Feature(
+        "answers_handoff",
+        "The previous handoff named this step's agent as the next speaker.",
+        True,
+    ),
+    Feature(
+        "instruction_overlap",
+        "Share of the words of the latest handoff (instruction) to this agent that the step "
+        "repeats; 0 when no handoff named the agent.",
+        True,
+    ),
+    Feature(
+        "criticised_next",
+        "The next acting step by another agent criticises (incorrect, mistake, error, wrong, "
+        "issue, not accurate, did not…).",
+        False,
+    ),
+    Feature(
+        "gt_mentioned",
+        "The step contains the ground-truth answer (0 without ground truth).",
+        True,
+    ),
+    Feature(
+        "gt_mentioned_before",
+        "An earlier step contains the ground-truth answer (0 without ground truth).",
+        True,
+    ),
+    Feature(
+        "numbers_contradict_gt",
+        "The ground truth is a number and the step states numbers none of which equal it "
+        "(numbers quoted from the task excluded; 0 without ground truth).",
+        True,
+    ),
+    Feature(
+        "first_numbers_contradict_gt",
+        "numbers_contradict_gt holds here and at no earlier step.",
+        True,
+    ),
+    Feature(
+        "contradiction_after",
+        "numbers_contradict_gt holds in a tool/terminal/human output this step is answerable "
+        "for (0 without ground truth).",
+        False,
+    ),
+    Feature(
+        "agent_directs",
+        "The step's agent has handed off to another agent at this step or earlier.",
+        True,
+    ),
+    Feature(
+        "final_answer_first_mention",
+        "The step is the first to contain the run's final answer (trajectory.final_answer or "
+        "the last 'FINAL ANSWER:' line), and that answer differs from the ground truth "
+        "when ground truth is allowed.",
+        False,
+    ),
+    Feature("agent_share", "Share of the run's steps taken by the step's agent.", False),
+    Feature(
+        "agent_error_share",
+        "Share of the run's error-showing steps that the step's agent is answerable for.",
+        False,
+    ),
+    Feature("agent_acting_turns", "log(1 + acting steps of the step's agent in the run).", False),
+)
+
+PREFIX_FEATURES: tuple[Feature, ...] = tuple(f for f in FEATURES if f.prefix_safe)
+
+
+def feature_names(prefix_only: bool = False) -> tuple[str, ...]:
+    """Column names of `step_features(..., prefix_only=prefix_only)`."""
+    return tuple(f.name for f in (PREFIX_FEATURES if prefix_only else FEATURES))
+
+
+# --- text facts ---------------------------------------------------------------------
+
+# Patterns below run on case-folded text: case-insensitive regexes are several times
+# slower in `re`, and long runs carry ~100 kB of text.
+_WORD = re.compile(r"[a-z0-9]+")
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_CODE_FENCE = re.compile(r"```")
+_HEDGING = re.compile(
+    r"\b(?:assum(?:e|ed|ing|ption)|hypothetical(?:ly)?|placeholder|mock(?:ed)?|"
+    r"simulat(?:e|ed|ing|ion)|dummy|sample data|example data|for demonstration|"
+    r"for illustrative|let'?s suppose|fictional|made[- ]up)\b"
+)
+_APOLOGY = re.compile(
+    r"\b(?:apologi[sz]e|sorry|unfortunately|i (?:cannot|can't|am unable|was unable)|"
+    r"i'm unable|not able to access|no (?:results|information) (?:found|available))\b"
+)
+_VERIFY = re.compile(r"\b(?:verif(?:y|ied|ication)|confirm(?:ed|s)?|double[- ]check)")
+_TERMINATE = re.compile(r"\bterminate\b|final answer:")
+_FINAL_ANSWER = re.compile(r"FINAL ANSWER:\s*(?P<answer>[^\n]+)", re.IGNORECASE)
+# Magentic-One style progress ledger; other frameworks simply never match.
+_LEDGER_STALLED = re.compile(
+    r'"is_in_loop"\s*:\s*\{[^{}]*"answer"\s*:\s*true'
+    r'|"is_progress_being_made"\s*:\s*\{[^{}]*"answer"\s*:\s*false'
+)
+_LEDGER = re.compile(r'"is_progress_being_made"|"is_in_loop"')
+_NEXT_SPEAKER = re.compile(r"^\s*Next speaker\s+(?P<agent>\S+)", re.IGNORECASE)
+# A superset of every text pattern of `heuristics.error_signals`, on case-folded text:
+# only steps it matches (or that are outputs, or carry an error status) pay for the
+# full signal scan.
+_MAYBE_ERROR = re.compile(
+    r"traceback|exit\s*code|error|exception|http(?:/\d(?:\.\d)?)?\s*[45]\d\d"
+    r"|status(?:\s+code)?:?\s*[45]\d\d|fail|not\s+found|unable\s+to|cannot|can't|can not"
+    r"|could not|couldn't"
+)
+# Literal fragments one of which every match of the cue pattern contains: a substring
+# test is far cheaper than a regex scan, so most steps skip the regex.
+_HEDGING_HINTS = ("assum", "hypothetical", "placeholder", "mock", "simulat", "dummy",
+                  "sample data", "example data", "for demonstration", "for illustrative",
+                  "suppose", "fictional", "made up", "made-up")  # fmt: skip
+_APOLOGY_HINTS = ("apologi", "sorry", "unfortunately", "i cannot", "i can't", "i am unable",
+                  "i was unable", "i'm unable", "not able to access", "no results",
+                  "no information")  # fmt: skip
+_VERIFY_HINTS = ("verif", "confirm", "double")
+_TERMINATE_HINTS = ("terminate", "final answer:")
+_CRITICISM_HINTS = ("incorrect", "mistake", "error", "wrong", "issue", "inaccura", "not accurate",
+                    "not correct", "did not", "didn't", "does not", "doesn't", "discrepanc",
+                    "overlooked", "missed")  # fmt: skip
+_CRITICISM = re.compile(
+    r"\b(?:incorrect|mistake|errors?|wrong|issues?|inaccura(?:te|cy)|not (?:accurate|correct)|"
+    r"did not|didn't|does not|doesn't|discrepanc(?:y|ies)|overlooked|missed)\b"
+)
+_HANDOFF_NOTE = "handoff_to"
+
+_REPEAT_WINDOW = 5
+# Bounds the quadratic cost of loop detection on long runs.
+_LOOP_WINDOW = 20
+_LOOP_SIMILARITY = 0.8
+_MIN_TEXT_ANSWER = 3
+
+
+def _cue(lowered: str, hints: tuple[str, ...], pattern: re.Pattern[str]) -> float:
+    if not any(hint in lowered for hint in hints):
+        return 0.0
+    return float(bool(pattern.search(lowered)))
+
+
+def _normalise_text(text: str) -> str:
+    return " ".join(_WORD.findall(text.casefold()))
+
+
+def _number_value(token: str) -> float | None:
+    try:
+        return float(token.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _numbers(text: str) -> set[float]:
+    found: set[float] = set()
+    for token in _NUMBER.findall(text):
+        value = _number_value(token)
+        if value is not None:
+            found.add(value)
+    return found
+
+
+def _single_number(text: str) -> float | None:
+    """The answer's value when it is a single number (commas, %, $ and a unit aside)."""
+    tokens = _NUMBER.findall(text)
+    if len(tokens) != 1:
+        return None
+    rest = _NUMBER.sub(" ", text)
+    if len(_WORD.findall(rest.casefold())) > 2:
+        return None
+    return _number_value(tokens[0])
+
+
+@dataclass(frozen=True)
+class _AnswerMatcher:
+    """Whether a text contains an answer: by value when it is a number, else by words."""
+
+    number: float | None
+    words: str
+
+    @classmethod
+    def of(cls, answer: str | None) -> _AnswerMatcher | None:
+        if answer is None or not answer.strip():
+            return None
+        number = _single_number(answer)
+        words = _normalise_text(answer)
+        if number is None and len(words) < _MIN_TEXT_ANSWER:
+            return None
+        return cls(number, words)
+
+    def found_in(self, numbers: set[float], normalised: str) -> bool:
+        if self.number is not None:
+            return self.number in numbers
+        return f" {self.words} " in f" {normalised} "
+
+
+@dataclass(frozen=True)
+class _StepFacts:
+    """What the features need from one step's text, computed once."""
+
+    agent: str
+    acting: bool
+    words: frozenset[str]
+    normalised: str
+    numbers: set[float]
+    error: float
+    length: int
+    ledger: bool
+    stalled: bool
+    criticism: float
+
+
+def _facts(step: Step, task: str) -> tuple[_StepFacts, str]:
+    text = step.content
+    if step.tool_result and step.tool_result not in text:
+        text = f"{text}\n{step.tool_result}"
+    lowered = text.casefold()
+    acting = is_acting_step(step)
+    error = 0.0
+    if not acting or step.error or step.status is StepStatus.ERROR or _MAYBE_ERROR.search(lowered):
+        signals = error_signals(step, task)
+        error = signals[0].strength if signals else 0.0
+    normalised = " ".join(_WORD.findall(lowered))
+    ledger = bool(_LEDGER.search(lowered))
+    facts = _StepFacts(
+        agent=step.agent,
+        acting=acting,
+        words=frozenset(normalised.split()),
+        normalised=normalised,
+        numbers=_numbers(text),
+        error=error,
+        length=len(step.content),
+        ledger=ledger,
+        stalled=ledger and bool(_LEDGER_STALLED.search(lowered)),
+        criticism=_cue(lowered, _CRITICISM_HINTS, _CRITICISM) if acting else 0.0,
+    )
+    return facts, lowered
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    common = len(a & b)
+    return common / (len(a) + len(b) - common)
+
+
+def _overlap(reference: frozenset[str] | None, words: frozenset[str]) -> float:
+    if not reference:
+        return 0.0
+    return len(reference & words) / len(reference)
+
+
+def _handoff_target(step: Step) -> str | None:
+    target = step.metadata.get(_HANDOFF_NOTE)
+    if isinstance(target, str) and target:
+        return target
+    match = _NEXT_SPEAKER.match(step.content)
+    return str(match["agent"]) if match else None
+
+
+def extract_final_answer(trajectory: Trajectory) -> str | None:
+    """The run's final answer: `trajectory.final_answer`, else the last 'FINAL ANSWER:' line."""
+    if trajectory.final_answer and trajectory.final_answer.strip():
+        return str(trajectory.final_answer)
+    for step in reversed(trajectory.steps):
+        matches = _FINAL_ANSWER.findall(step.content)
+        if matches:
+            return str(matches[-1]).strip()
+    return None
+
+
+# --- prefix features ----------------------------------------------------------------
+
+
+class PrefixScanner:
+    """Reads a run one step at a time and gives each step's prefix-safe features.
+
+    The row for step i is computed from steps 0..i (plus the task and the ground
+    truth) and never changes afterwards, so the online auditor can score a run while
+    it streams in and `step_features(prefix_only=True)` is prefix-invariant by
+    construction.
+    """
+
+    def __init__(
+        self, task: str, ground_truth: str | None = None, *, use_ground_truth: bool = True
+    ) -> None:
+        self.task = task
+        self._gt = _AnswerMatcher.of(ground_truth) if use_ground_truth else None
+        self._task_words = frozenset(_normalise_text(task).split())
+        self._task_numbers = _numbers(task)
+        self._seen_numbers: set[float] = set(self._task_numbers)
+        self._seen_words: set[str] = set(self._task_words)
+        self.facts: list[_StepFacts] = []
+        self.rows: list[dict[str, float]] = []
+        self._seen_agents: set[str] = set()
+        self._agent_history: dict[str, list[int]] = {}
+        self._first_agent: str | None = None
+        self._first_acting: int | None = None
+        self._acting_before = 0
+        self._errors_before = 0
+        self._stalled_before = False
+        self._pending_handoff: str | None = None
+        self._instructions: dict[str, frozenset[str]] = {}
+        self._directors: set[str] = set()
+        self._gt_seen = False
+        self._contradiction_seen = False
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def push(self, step: Step) -> dict[str, float]:
+        """Add the next step (its index must equal the number of steps pushed so far)."""
+        i = len(self.rows)
+        if step.index != i:
+            raise ValueError(f"expected step {i} next, got step {step.index}")
+        fact, lowered = _facts(step, self.task)
+        facts = self.facts
+        history = self._agent_history.get(step.agent, [])
+        similarities = [_jaccard(fact.words, facts[j].words) for j in history[-_LOOP_WINDOW:]]
+        mean_length = sum(facts[j].length for j in history) / len(history) if history else 0.0
+        gt = self._gt
+        gt_here = bool(gt and gt.found_in(fact.numbers, fact.normalised))
+        contradicts = bool(
+            gt is not None
+            and gt.number is not None
+            and fact.numbers - self._task_numbers
+            and gt.number not in fact.numbers
+        )
+        if fact.acting and self._first_acting is None:
+            self._first_acting, self._first_agent = i, step.agent
+        kind = step.kind
+        target = _handoff_target(step)
+        row = {
+            "position": float(i),
+            "log_position": math.log1p(i),
+            "is_acting": float(fact.acting),
+            "kind_message": float(kind is StepKind.MESSAGE),
+            "kind_tool": float(kind is StepKind.TOOL),
+            "kind_handoff": float(kind is StepKind.HANDOFF or target is not None),
+            "kind_human": float(kind is StepKind.HUMAN),
+            "kind_other": float(kind in (StepKind.LLM, StepKind.SYSTEM)),
+            "acting_rank": float(self._acting_before),
+            "is_first_acting": float(i == self._first_acting),
+            "agent_turn": float(len(history)),
+            "agent_first_turn": float(not history),
+            "agents_before": float(len(self._seen_agents)),
+            "agent_is_first_speaker": float(step.agent == self._first_agent),
+            "error_in_step": fact.error,
+            "error_in_previous": facts[i - 1].error if i > 0 else 0.0,
+            "errors_before": math.log1p(self._errors_before),
+            "first_error_here": float(fact.error > 0 and self._errors_before == 0),
+            "repetition": max(similarities[-_REPEAT_WINDOW:], default=0.0),
+            "loop_count": math.log1p(sum(s >= _LOOP_SIMILARITY for s in similarities)),
+            "log_length": math.log1p(fact.length),
+            "length_vs_agent": (
+                math.log((fact.length + 1) / (mean_length + 1)) if history else 0.0
+            ),
+            "code_blocks": float(len(_CODE_FENCE.findall(step.content)) // 2),
+            "task_overlap": (
+                len(self._task_words & fact.words) / len(self._task_words)
+                if self._task_words
+                else 0.0
+            ),
+            "new_numbers": math.log1p(len(fact.numbers - self._seen_numbers)),
+            "new_words": (
+                len(fact.words - self._seen_words) / len(fact.words) if fact.words else 0.0
+            ),
+            "hedging": _cue(lowered, _HEDGING_HINTS, _HEDGING),
+            "apology": _cue(lowered, _APOLOGY_HINTS, _APOLOGY),
+            "verification": _cue(lowered, _VERIFY_HINTS, _VERIFY),
+            "terminates": _cue(lowered, _TERMINATE_HINTS, _TERMINATE),
+            "ledger_stalled_before": float(self._stalled_before),
+            "answers_handoff": float(
+                self._pending_handoff is not None and self._pending_handoff == step.agent
+            ),
+            "agent_directs": float(step.agent in self._directors or target is not None),
+            "instruction_overlap": _overlap(self._instructions.get(step.agent), fact.words),
+            "gt_mentioned": float(gt_here),
+            "gt_mentioned_before": float(self._gt_seen),
+            "numbers_contradict_gt": float(contradicts),
+            "first_numbers_contradict_gt": float(contradicts and not self._contradiction_seen),
+        }
+        facts.append(fact)
+        self.rows.append(row)
+        # State for later steps: only what this step adds.
+        self._seen_agents.add(step.agent)
+        self._agent_history.setdefault(step.agent, []).append(i)
+        self._acting_before += fact.acting
+        self._errors_before += fact.error > 0
+        if fact.ledger:
+            self._stalled_before = fact.stalled
+        if target is not None:
+            self._pending_handoff = target
+            self._directors.add(step.agent)
+            if fact.words:
+                self._instructions[target] = fact.words
+        elif fact.acting and step.agent == self._pending_handoff:
+            self._pending_handoff = None
+        self._seen_numbers |= fact.numbers
+        self._seen_words |= fact.words
+        self._gt_seen = self._gt_seen or gt_here
+        self._contradiction_seen = self._contradiction_seen or contradicts
+        return row
+
+    def prefix_row(self, index: int) -> list[float]:
+        """Step `index`'s prefix-safe features in the order of `PREFIX_FEATURES`."""
+        row = self.rows[index]
+        return [row[name] for name in _PREFIX_NAMES]
+
+
+_PREFIX_NAMES = feature_names(prefix_only=True)
+_ALL_NAMES = feature_names()
+
+
+# --- the matrix ---------------------------------------------------------------------
+
+
+def step_features(
+    trajectory: Trajectory, *, use_ground_truth: bool = True, prefix_only: bool = False
+) -> list[list[float]]:
+    """One row per step, columns in the order of `feature_names(prefix_only)`.
+
+    With `prefix_only`, only prefix-safe features are computed and row i is the same
+    whatever steps follow step i (the auditor's guarantee). Without `use_ground_truth`
+    the ground-truth features are 0.
+    """
+    scanner = PrefixScanner(
+        trajectory.task, trajectory.ground_truth, use_ground_truth=use_ground_truth
+    )
+    for step in trajectory.steps:
+        scanner.push(step)
+    if prefix_only:
+        return [scanner.prefix_row(i) for i in range(len(scanner))]
+    rows = [dict(row) for row in scanner.rows]
+    _add_whole_run_features(trajectory, scanner.facts, rows, use_ground_truth)
+    return [[row[name] for name in _ALL_NAMES] for row in rows]
+
+
+def _add_whole_run_features(
+    trajectory: Trajectory,
+    facts: Sequence[_StepFacts],
+    rows: list[dict[str, float]],
+    use_ground_truth: bool,
+) -> None:
+    n = len(facts)
+    # Acting step answerable for each step: itself or the nearest earlier acting step.
+    owner: list[int | None] = []
+    current: int | None = None
+    for i, fact in enumerate(facts):
+        if fact.acting:
+            current = i
+        owner.append(current)
+
+    error_after = [0.0] * n
+    contradiction_after = [0.0] * n
+    first_blamed: int | None = None
+    for i, fact in enumerate(facts):
+        answerable = owner[i]
+        if answerable is not None and answerable != i and rows[i]["numbers_contradict_gt"]:
+            contradiction_after[answerable] = 1.0
+        if fact.error <= 0 or answerable is None:
+            continue
+        if first_blamed is None:
+            first_blamed = answerable
+        if answerable != i:
+            error_after[answerable] = max(error_after[answerable], fact.error)
+
+    # A ledger that follows the step before its agent acts again judges that step.
+    stalled_after = [0.0] * n
+    verdict: float | None = None
+    acted_since: set[str] = set()
+    for i in range(n - 1, -1, -1):
+        agent = facts[i].agent
+        if verdict is not None and agent not in acted_since:
+            stalled_after[i] = verdict
+        if facts[i].ledger:
+            verdict = float(facts[i].stalled)
+            acted_since = set()
+        elif facts[i].acting:
+            acted_since.add(agent)
+
+    # The next acting step by another agent reacts to this one.
+    criticised = [0.0] * n
+    next_reaction: tuple[str, float] | None = None
+    for i in range(n - 1, -1, -1):
+        if next_reaction is not None and next_reaction[0] != facts[i].agent:
+            criticised[i] = next_reaction[1]
+        if facts[i].acting:
+            next_reaction = (facts[i].agent, facts[i].criticism)
+
+    final = _AnswerMatcher.of(extract_final_answer(trajectory))
+    gt = _AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
+    first_final: int | None = None
+    if final is not None and (gt is None or final.words != gt.words):
+        first_final = next(
+            (i for i, f in enumerate(facts) if final.found_in(f.numbers, f.normalised)), None
+        )
+
+    counts: dict[str, int] = {}
+    acting_counts: dict[str, int] = {}
+    error_counts: dict[str, int] = {}
+    last_turn: dict[str, int] = {}
+    for i, fact in enumerate(facts):
+        counts[fact.agent] = counts.get(fact.agent, 0) + 1
+        acting_counts[fact.agent] = acting_counts.get(fact.agent, 0) + fact.acting
+        last_turn[fact.agent] = i
+        answerable = owner[i]
+        if fact.error > 0 and answerable is not None:
+            blamed = facts[answerable].agent
+            error_counts[blamed] = error_counts.get(blamed, 0) + 1
+    total_errors = sum(error_counts.values())
+
+    for i, row in enumerate(rows):
+        agent = facts[i].agent
+        row["relative_position"] = i / (n - 1) if n > 1 else 0.0
+        row["log_steps_total"] = math.log1p(n)
+        row["log_steps_to_end"] = math.log1p(n - 1 - i)
+        row["agent_last_turn"] = float(last_turn[agent] == i)
+        row["error_after"] = error_after[i]
+        row["first_error_blame"] = float(i == first_blamed)
+        row["ledger_stalled_after"] = stalled_after[i]
+        row["criticised_next"] = criticised[i]
+        row["contradiction_after"] = contradiction_after[i]
+        row["final_answer_first_mention"] = float(i == first_final)
+        row["agent_share"] = counts[agent] / n
+        row["agent_error_share"] = (
+            error_counts.get(agent, 0) / total_errors if total_errors else 0.0
+        )
+        row["agent_acting_turns"] = math.log1p(acting_counts[agent])

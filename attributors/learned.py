@@ -1,0 +1,401 @@
+"""The `learned` attributor: a small trained step scorer evaluated in pure Python.
+
+The model is a JSON artifact (`StepModel`): a linear scorer or a gradient-boosted tree
+ensemble over the features of `attributors.features`, trained by
+`faultfinder.benchmarks.train`. Scores become a distribution over steps (softmax);
+the top step is blamed and its owner (or the agent with the most mass) is the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from faultfinder.attributors.base import AttributeOptions, register
+from faultfinder.attributors.conformal import ConformalCalibration
+from faultfinder.attributors.features import feature_names, step_features
+from faultfinder.attributors.model import Attribution, Candidate, Trajectory
+
+__all__ = [
+    "DEFAULT_MODEL_RESOURCE",
+    "MODEL_FORMAT",
+    "AgentRule",
+    "LearnedAttributor",
+    "LinearScorer",
+    "ModelFormatError",
+    "RegressionTree",
+    "Scorer",
+    "StepModel",
+    "TreeEnsembleScorer",
+    "agent_scores",
+    "default_model",
+    "softmax",
+]
+
+MODEL_FORMAT = "faultfinder.learned-step-model/1"
+DEFAULT_MODEL_RESOURCE = "models/default_learned.json"
+_CANDIDATES_KEPT = 20
+
+
+class ModelFormatError(ValueError):
+    """A model file is not a valid step model; the message names the file and the field."""
+
+
+class AgentRule:
+    """How the blamed agent follows from the step scores."""
+
+    TOP_STEP = "top_step"
+    """The owner of the highest-scoring step."""
+    AGENT_MASS = "agent_mass"
+    """The agent whose steps carry the most probability mass."""
+
+    ALL = (TOP_STEP, AGENT_MASS)
+
+
+@dataclass(frozen=True)
+class LinearScorer:
+    """score = bias + Σ weight_j · (x_j − mean_j) / scale_j."""
+
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float = 0.0
+
+    def score(self, row: Sequence[float]) -> float:
+        total = self.bias
+        for x, m, s, w in zip(row, self.mean, self.scale, self.weights, strict=True):
+            total += w * (x - m) / s
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "linear",
+            "mean": list(self.mean),
+            "scale": list(self.scale),
+            "weights": list(self.weights),
+            "bias": self.bias,
+        }
+
+
+@dataclass(frozen=True)
+class RegressionTree:
+    """One tree as flat node arrays; a node with feature -1 is a leaf holding `value`."""
+
+    feature: tuple[int, ...]
+    threshold: tuple[float, ...]
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    value: tuple[float, ...]
+
+    def score(self, row: Sequence[float]) -> float:
+        node = 0
+        feature, threshold, left, right = self.feature, self.threshold, self.left, self.right
+        while feature[node] >= 0:
+            node = left[node] if row[feature[node]] <= threshold[node] else right[node]
+        return self.value[node]
+
+
+@dataclass(frozen=True)
+class TreeEnsembleScorer:
+    """score = base + Σ tree(x); each tree splits on `x[feature] <= threshold` (left)."""
+
+    trees: tuple[RegressionTree, ...]
+    base: float = 0.0
+
+    def score(self, row: Sequence[float]) -> float:
+        return self.base + sum(tree.score(row) for tree in self.trees)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "trees",
+            "base": self.base,
+            "trees": [
+                {
+                    "feature": list(t.feature),
+                    "threshold": list(t.threshold),
+                    "left": list(t.left),
+                    "right": list(t.right),
+                    "value": list(t.value),
+                }
+                for t in self.trees
+            ],
+        }
+
+
+Scorer = LinearScorer | TreeEnsembleScorer
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A trained step scorer plus what turns its scores into an attribution."""
+
+    features: tuple[str, ...]
+    scorer: Scorer
+    prefix_only: bool = False
+    temperature: float = 1.0
+    """Softmax temperature turning scores into a distribution over steps."""
+    agent_rule: str = AgentRule.TOP_STEP
+    conformal: ConformalCalibration | None = None
+    alarm_threshold: float | None = None
+    """For prefix-only (auditor) models: the score above which a step raises an alarm."""
+    auditor: StepModel | None = None
+    """The prefix-only model the online auditor uses, shipped beside the main model."""
+    training: Mapping[str, Any] = field(default_factory=dict)
+    """Provenance: dataset, records, seed, chosen hyper-parameters, CV estimates."""
+
+    def __post_init__(self) -> None:
+        expected = feature_names(prefix_only=self.prefix_only)
+        if tuple(self.features) != expected:
+            missing = sorted(set(expected) - set(self.features))
+            extra = sorted(set(self.features) - set(expected))
+            raise ModelFormatError(
+                "model features do not match this version's feature set "
+                f"(missing {missing}, unknown {extra}); retrain with `faultfinder train`"
+            )
+        if self.agent_rule not in AgentRule.ALL:
+            raise ModelFormatError(
+                f"agent_rule {self.agent_rule!r} is not one of {list(AgentRule.ALL)}"
+            )
+
+    # --- scoring ---
+
+    def score_rows(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        return [self.scorer.score(row) for row in rows]
+
+    def score(self, trajectory: Trajectory, *, use_ground_truth: bool = True) -> list[float]:
+        """Raw score of every step of `trajectory`."""
+        rows = step_features(
+            trajectory, use_ground_truth=use_ground_truth, prefix_only=self.prefix_only
+        )
+        return self.score_rows(rows)
+
+    def distribution(self, scores: Sequence[float]) -> list[float]:
+        return softmax(scores, self.temperature)
+
+    # --- (de)serialisation ---
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": MODEL_FORMAT,
+            "features": list(self.features),
+            "prefix_only": self.prefix_only,
+            "temperature": self.temperature,
+            "agent_rule": self.agent_rule,
+            "scorer": self.scorer.to_dict(),
+            "conformal": self.conformal.to_dict() if self.conformal else None,
+            "alarm_threshold": self.alarm_threshold,
+            "auditor": self.auditor.to_dict() if self.auditor else None,
+            "training": dict(self.training),
+        }
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "model") -> StepModel:
+        def fail(name: str, problem: str) -> ModelFormatError:
+            return ModelFormatError(f"{source}: field {name!r} {problem}")
+
+        if not isinstance(data, Mapping):
+            raise ModelFormatError(f"{source}: expected a JSON object")
+        if data.get("format") != MODEL_FORMAT:
+            raise fail("format", f"must be {MODEL_FORMAT!r}, got {data.get('format')!r}")
+        features = data.get("features")
+        if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+            raise fail("features", "must be a list of feature names")
+        scorer = _scorer_from_dict(data.get("scorer"), len(features), fail)
+        conformal = data.get("conformal")
+        auditor_data = data.get("auditor")
+        # The nested model's errors already name their source.
+        auditor = cls.from_dict(auditor_data, f"{source} (auditor)") if auditor_data else None
+        threshold = data.get("alarm_threshold")
+        try:
+            return cls(
+                features=tuple(features),
+                scorer=scorer,
+                prefix_only=bool(data.get("prefix_only", False)),
+                temperature=float(data.get("temperature", 1.0)),
+                agent_rule=str(data.get("agent_rule", AgentRule.TOP_STEP)),
+                conformal=ConformalCalibration.from_dict(conformal) if conformal else None,
+                alarm_threshold=float(threshold) if threshold is not None else None,
+                auditor=auditor,
+                training=dict(data.get("training") or {}),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ModelFormatError(f"{source}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> StepModel:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ModelFormatError(f"{path}: cannot read model file: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ModelFormatError(f"{path}: not valid JSON: {exc}") from None
+        return cls.from_dict(data, str(path))
+
+    def save(self, path: str | Path) -> None:
+        # Compact: the tree arrays dominate the file.
+        text = json.dumps(self.to_dict(), separators=(",", ":"))
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def _scorer_from_dict(data: Any, width: int, fail: Any) -> Scorer:
+    if not isinstance(data, Mapping):
+        raise fail("scorer", "must be an object")
+    kind = data.get("type")
+    if kind == "linear":
+        try:
+            mean = tuple(float(v) for v in data["mean"])
+            scale = tuple(float(v) for v in data["scale"])
+            weights = tuple(float(v) for v in data["weights"])
+            bias = float(data.get("bias", 0.0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise fail("scorer", f"is not a valid linear scorer: {exc}") from None
+        if not len(mean) == len(scale) == len(weights) == width:
+            raise fail("scorer", f"needs {width} means, scales and weights")
+        if any(s <= 0 for s in scale):
+            raise fail("scorer.scale", "must be positive")
+        return LinearScorer(mean, scale, weights, bias)
+    if kind == "trees":
+        trees = []
+        for position, tree in enumerate(data.get("trees") or []):
+            try:
+                parsed = RegressionTree(
+                    feature=tuple(int(v) for v in tree["feature"]),
+                    threshold=tuple(float(v) for v in tree["threshold"]),
+                    left=tuple(int(v) for v in tree["left"]),
+                    right=tuple(int(v) for v in tree["right"]),
+                    value=tuple(float(v) for v in tree["value"]),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise fail(f"scorer.trees[{position}]", f"is not a valid tree: {exc}") from None
+            size = len(parsed.feature)
+            if size == 0 or not all(
+                len(column) == size
+                for column in (parsed.threshold, parsed.left, parsed.right, parsed.value)
+            ):
+                raise fail(f"scorer.trees[{position}]", "node arrays differ in length")
+            for node in range(size):
+                if parsed.feature[node] >= width:
+                    raise fail(f"scorer.trees[{position}]", f"splits on feature >= {width}")
+                if parsed.feature[node] >= 0 and not (
+                    node < parsed.left[node] < size and node < parsed.right[node] < size
+                ):
+                    raise fail(f"scorer.trees[{position}]", f"node {node} has bad children")
+            trees.append(parsed)
+        return TreeEnsembleScorer(tuple(trees), float(data.get("base", 0.0)))
+    raise fail("scorer.type", f"must be 'linear' or 'trees', got {kind!r}")
+
+
+@lru_cache(maxsize=1)
+def default_model() -> StepModel:
+    """The model shipped with the package (trained on Who&When by `faultfinder train`)."""
+    resource = resources.files("faultfinder.attributors").joinpath(DEFAULT_MODEL_RESOURCE)
+    text = resource.read_text(encoding="utf-8")
+    return StepModel.from_dict(
+        json.loads(text), f"faultfinder.attributors/{DEFAULT_MODEL_RESOURCE}"
+    )
+
+
+def softmax(scores: Sequence[float], temperature: float = 1.0) -> list[float]:
+    """Scores → probabilities summing to 1 (numerically stable)."""
+    if not scores:
+        return []
+    t = temperature if temperature > 0 else 1.0
+    top = max(scores)
+    weights = [math.exp((s - top) / t) for s in scores]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def agent_scores(agents: Sequence[str], probabilities: Sequence[float]) -> dict[str, float]:
+    """Probability mass per agent (agents in order of first appearance)."""
+    mass: dict[str, float] = {}
+    for agent, p in zip(agents, probabilities, strict=True):
+        mass[agent] = mass.get(agent, 0.0) + p
+    return mass
+
+
+@register("learned")
+class LearnedAttributor:
+    """Score every step with a trained model; blame the top step (zero LLM calls).
+
+    Configuration: `model` (a `StepModel`) or `model_path` (a JSON file from
+    `faultfinder train`); default is the packaged model. `AttributeOptions.extra`
+    may carry `alpha` for the conformal prediction set (default 0.1; None disables).
+    """
+
+    name = "learned"
+
+    def __init__(self, model: StepModel | None = None, model_path: str | None = None) -> None:
+        if model is None and model_path is not None:
+            model = StepModel.load(model_path)
+        self.model = model if model is not None else default_model()
+
+    async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
+        return self.attribute_now(trajectory, options)
+
+    def attribute_now(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
+        """The attribution, computed synchronously (it takes milliseconds)."""
+        started = time.perf_counter()
+        if not trajectory.steps:
+            return Attribution.failed(self.name, "the trajectory has no steps")
+        model = self.model
+        use_gt = options.use_ground_truth and trajectory.ground_truth is not None
+        scores = model.score(trajectory, use_ground_truth=use_gt)
+        probabilities = model.distribution(scores)
+        steps = trajectory.steps
+        order = sorted(range(len(steps)), key=lambda i: (-probabilities[i], i))
+        top = order[0]
+        mass = agent_scores([s.agent for s in steps], probabilities)
+        if model.agent_rule == AgentRule.AGENT_MASS:
+            agent = max(mass, key=lambda name: mass[name])
+        else:
+            agent = steps[top].agent
+        candidates = tuple(
+            Candidate(
+                step=i,
+                agent=steps[i].agent,
+                score=round(probabilities[i], 6),
+                evidence=f"model score {scores[i]:.3f}",
+            )
+            for i in order[:_CANDIDATES_KEPT]
+        )
+        alpha = options.extra.get("alpha", 0.1)
+        prediction_set = None
+        if model.conformal is not None and alpha is not None:
+            prediction_set = model.conformal.prediction_set(
+                probabilities, float(alpha), group=_group(trajectory)
+            )
+        return Attribution(
+            method=self.name,
+            agent=agent,
+            step=top,
+            reason=(
+                f"highest model score at step {top} "
+                f"(p={probabilities[top]:.2f} over {len(steps)} steps)"
+            ),
+            confidence=min(1.0, max(0.0, probabilities[top])),
+            candidates=candidates,
+            prediction_set=prediction_set,
+            used_ground_truth=use_gt,
+            llm_calls=0,
+            latency_s=time.perf_counter() - started,
+            details={
+                "agent_rule": model.agent_rule,
+                "agent_mass": {name: round(value, 6) for name, value in mass.items()},
+                "step_probabilities": [round(p, 6) for p in probabilities],
+            },
+        )
+
+
+def _group(trajectory: Trajectory) -> str | None:
+    framework = trajectory.metadata.get("framework")
+    return framework if isinstance(framework, str) else None

@@ -1,0 +1,589 @@
+"""Train the `learned` step scorer: fit, choose hyper-parameters by inner CV, export JSON.
+
+`faultfinder train --dataset who_and_when --out model.json` writes a `StepModel`
+artifact (with conformal calibration and the auditor's prefix-only model) that the
+pure-Python `learned` attributor loads. numpy, scipy and lightgbm are needed here only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from faultfinder.attributors.conformal import CalibrationExample, calibrate
+from faultfinder.attributors.features import feature_names, step_features
+from faultfinder.attributors.learned import (
+    AgentRule,
+    LinearScorer,
+    RegressionTree,
+    Scorer,
+    StepModel,
+    TreeEnsembleScorer,
+    softmax,
+)
+from faultfinder.attributors.model import normalise_agent
+from faultfinder.benchmarks.datasets import (
+    DATASET_SPECS,
+    DATASETS_DIR_ENV,
+    BenchmarkRecord,
+    DatasetError,
+    load_dataset,
+    resolve_datasets_dir,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+TRAINING_EXTRA_HINT = "training needs numpy, scipy and lightgbm (pip install 'faultfinder[train]')"
+
+__all__ = [
+    "DEFAULT_GRID",
+    "FeatureCache",
+    "ModelConfig",
+    "RunMatrix",
+    "batch_scores",
+    "choose_alarm_threshold",
+    "choose_temperature",
+    "first_alarm",
+    "fit_model",
+    "fit_scorer",
+    "out_of_fold_scores",
+    "require_training_packages",
+    "stratified_folds",
+    "train_command",
+    "tune_and_fit",
+]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of one candidate model."""
+
+    kind: str = "trees"
+    """`trees` (LightGBM, listwise cross-entropy over a run's steps) or `linear`
+    (conditional logit: softmax over a run's steps)."""
+    n_trees: int = 150
+    learning_rate: float = 0.05
+    num_leaves: int = 7
+    min_child_samples: int = 10
+    feature_fraction: float = 0.8
+    l2: float = 1.0
+    """L2 penalty: on leaf values (trees) or on standardised weights (linear)."""
+
+    def label(self) -> str:
+        if self.kind == "linear":
+            return f"linear(l2={self.l2:g})"
+        return (
+            f"trees(n={self.n_trees},lr={self.learning_rate:g},leaves={self.num_leaves},"
+            f"min_child={self.min_child_samples})"
+        )
+
+
+DEFAULT_GRID: tuple[ModelConfig, ...] = (
+    ModelConfig(kind="linear", l2=1.0),
+    ModelConfig(kind="linear", l2=10.0),
+    ModelConfig(kind="trees", n_trees=100, num_leaves=4, min_child_samples=10),
+    ModelConfig(kind="trees", n_trees=100, learning_rate=0.1, num_leaves=7, min_child_samples=10),
+)
+"""Candidates compared by inner cross-validation on the training records only."""
+
+
+def require_training_packages() -> None:
+    """Fail with a clear message when the training extra is not installed."""
+    import importlib.util
+
+    missing = [
+        name for name in ("numpy", "scipy", "lightgbm") if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise click.ClickException(f"{TRAINING_EXTRA_HINT}; missing: {', '.join(missing)}")
+
+
+# --- data ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunMatrix:
+    """One labelled run as model input: feature rows, gold step and agent, step owners."""
+
+    record_id: str
+    subset: str
+    group: str | None
+    rows: np.ndarray
+    gold_step: int
+    gold_agent: str
+    agents: tuple[str, ...]
+
+
+class FeatureCache:
+    """Feature matrices per (record, ground-truth use, prefix-only), computed once."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, bool, bool], RunMatrix] = {}
+
+    def matrix(
+        self, record: BenchmarkRecord, *, use_ground_truth: bool, prefix_only: bool
+    ) -> RunMatrix:
+        import numpy as np
+
+        key = (record.record_id, use_ground_truth, prefix_only)
+        if key not in self._cache:
+            trajectory = record.trajectory
+            rows = step_features(
+                trajectory,
+                use_ground_truth=use_ground_truth and trajectory.ground_truth is not None,
+                prefix_only=prefix_only,
+            )
+            framework = trajectory.metadata.get("framework")
+            self._cache[key] = RunMatrix(
+                record_id=record.record_id,
+                subset=record.subset,
+                group=framework if isinstance(framework, str) else None,
+                rows=np.asarray(rows, dtype=np.float64),
+                gold_step=record.gold.step,
+                gold_agent=record.gold.agent,
+                agents=tuple(step.agent for step in trajectory.steps),
+            )
+        return self._cache[key]
+
+    def matrices(
+        self, records: Sequence[BenchmarkRecord], *, use_ground_truth: bool, prefix_only: bool
+    ) -> list[RunMatrix]:
+        return [
+            self.matrix(r, use_ground_truth=use_ground_truth, prefix_only=prefix_only)
+            for r in records
+        ]
+
+
+def stratified_folds(subsets: Sequence[str], k: int, seed: int) -> list[list[int]]:
+    """Indices 0..len(subsets)-1 split into `k` disjoint folds, each subset spread evenly.
+
+    Within each subset the order is shuffled with `seed` and dealt round-robin, starting
+    where the previous subset stopped so that fold sizes differ by at most one.
+    """
+    if k < 2:
+        raise ValueError(f"need at least 2 folds, got {k}")
+    if k > len(subsets):
+        raise ValueError(f"{k} folds need at least {k} records, got {len(subsets)}")
+    rng = random.Random(seed)
+    folds: list[list[int]] = [[] for _ in range(k)]
+    by_subset: dict[str, list[int]] = {}
+    for index, subset in enumerate(subsets):
+        by_subset.setdefault(subset, []).append(index)
+    cursor = 0
+    for subset in sorted(by_subset):
+        members = by_subset[subset]
+        rng.shuffle(members)
+        for index in members:
+            folds[cursor % k].append(index)
+            cursor += 1
+    return [sorted(fold) for fold in folds]
+
+
+# --- fitting ------------------------------------------------------------------------
+
+
+def _fit_linear(runs: Sequence[RunMatrix], config: ModelConfig) -> LinearScorer:
+    import numpy as np
+    from scipy.optimize import minimize
+
+    stacked = np.vstack([run.rows for run in runs])
+    mean = stacked.mean(axis=0)
+    scale = stacked.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    standardised = [(run.rows - mean) / scale for run in runs]
+    golds = [run.gold_step for run in runs]
+    width = stacked.shape[1]
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        total = 0.5 * config.l2 * float(w @ w)
+        grad = config.l2 * w
+        for x, g in zip(standardised, golds, strict=True):
+            s = x @ w
+            top = s.max()
+            log_norm = top + math.log(float(np.exp(s - top).sum()))
+            total += log_norm - float(s[g])
+            grad = grad + x.T @ np.exp(s - log_norm) - x[g]
+        return total, grad
+
+    result = minimize(loss, np.zeros(width), jac=True, method="L-BFGS-B")
+    return LinearScorer(
+        mean=tuple(float(v) for v in mean),
+        scale=tuple(float(v) for v in scale),
+        weights=tuple(float(v) for v in result.x),
+        bias=0.0,
+    )
+
+
+def _tree_from_lightgbm(structure: dict[str, Any]) -> RegressionTree:
+    feature: list[int] = []
+    threshold: list[float] = []
+    left: list[int] = []
+    right: list[int] = []
+    value: list[float] = []
+
+    def visit(node: dict[str, Any]) -> int:
+        position = len(feature)
+        feature.append(-1)
+        threshold.append(0.0)
+        left.append(-1)
+        right.append(-1)
+        value.append(0.0)
+        if "leaf_value" in node:
+            value[position] = float(node["leaf_value"])
+            return position
+        if node.get("decision_type") != "<=":
+            raise ValueError(f"unsupported split {node.get('decision_type')!r}")
+        feature[position] = int(node["split_feature"])
+        threshold[position] = float(node["threshold"])
+        left[position] = visit(node["left_child"])
+        right[position] = visit(node["right_child"])
+        return position
+
+    visit(structure)
+    return RegressionTree(tuple(feature), tuple(threshold), tuple(left), tuple(right), tuple(value))
+
+
+def _fit_trees(runs: Sequence[RunMatrix], config: ModelConfig, seed: int) -> TreeEnsembleScorer:
+    import lightgbm
+    import numpy as np
+
+    x = np.vstack([run.rows for run in runs])
+    y = np.concatenate(
+        [(np.arange(len(run.rows)) == run.gold_step).astype(np.float64) for run in runs]
+    )
+    dataset = lightgbm.Dataset(x, label=y, group=[len(run.rows) for run in runs])
+    params = {
+        "objective": "rank_xendcg",
+        "learning_rate": config.learning_rate,
+        "num_leaves": config.num_leaves,
+        "min_child_samples": config.min_child_samples,
+        "feature_fraction": config.feature_fraction,
+        "lambda_l2": config.l2,
+        "seed": seed,
+        "deterministic": True,
+        "num_threads": 1,
+        "verbosity": -1,
+    }
+    booster = lightgbm.train(params, dataset, num_boost_round=config.n_trees)
+    dump = booster.dump_model()
+    scorer = TreeEnsembleScorer(
+        tuple(_tree_from_lightgbm(t["tree_structure"]) for t in dump["tree_info"])
+    )
+    # The exported trees must reproduce LightGBM's own raw scores.
+    sample = x[: min(len(x), 200)]
+    expected = booster.predict(sample, raw_score=True)
+    actual = np.array([scorer.score(row) for row in sample.tolist()])
+    if not np.allclose(expected, actual, atol=1e-6):
+        raise RuntimeError("exported tree ensemble disagrees with LightGBM's predictions")
+    return scorer
+
+
+def fit_scorer(runs: Sequence[RunMatrix], config: ModelConfig, seed: int = 0) -> Scorer:
+    """Fit one scorer on labelled runs."""
+    if not runs:
+        raise ValueError("no runs to train on")
+    if config.kind == "linear":
+        return _fit_linear(runs, config)
+    if config.kind == "trees":
+        return _fit_trees(runs, config, seed)
+    raise ValueError(f"unknown model kind {config.kind!r}")
+
+
+def batch_scores(scorer: Scorer, rows: np.ndarray) -> np.ndarray:
+    """The scorer's scores for many rows at once (vectorised; same values as `score`)."""
+    import numpy as np
+
+    if isinstance(scorer, LinearScorer):
+        weights = np.asarray(scorer.weights) / np.asarray(scorer.scale)
+        linear: np.ndarray = (rows - np.asarray(scorer.mean)) @ weights + scorer.bias
+        return linear
+    total = np.full(len(rows), scorer.base)
+    positions = np.arange(len(rows))
+    for tree in scorer.trees:
+        feature = np.asarray(tree.feature)
+        threshold = np.asarray(tree.threshold)
+        left, right = np.asarray(tree.left), np.asarray(tree.right)
+        node = np.zeros(len(rows), dtype=np.int64)
+        while True:
+            inner = feature[node] >= 0
+            if not inner.any():
+                break
+            split = np.where(inner, feature[node], 0)
+            go_left = rows[positions, split] <= threshold[node]
+            node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+        total += np.asarray(tree.value)[node]
+    return total
+
+
+def _scores(scorer: Scorer, run: RunMatrix) -> list[float]:
+    return [float(v) for v in batch_scores(scorer, run.rows)]
+
+
+def out_of_fold_scores(
+    runs: Sequence[RunMatrix], config: ModelConfig, k: int, seed: int
+) -> list[list[float]]:
+    """Each run's step scores from a model fitted on the other folds only."""
+    folds = stratified_folds([run.subset for run in runs], k, seed)
+    scores: list[list[float]] = [[] for _ in runs]
+    for fold in folds:
+        held_out = set(fold)
+        scorer = fit_scorer([r for i, r in enumerate(runs) if i not in held_out], config, seed)
+        for i in fold:
+            scores[i] = _scores(scorer, runs[i])
+    return scores
+
+
+def predicted_agent(run: RunMatrix, probabilities: Sequence[float], rule: str) -> str:
+    if rule == AgentRule.AGENT_MASS:
+        mass: dict[str, float] = {}
+        for agent, p in zip(run.agents, probabilities, strict=True):
+            mass[agent] = mass.get(agent, 0.0) + p
+        return max(mass, key=lambda name: mass[name])
+    top = max(range(len(probabilities)), key=lambda i: (probabilities[i], -i))
+    return run.agents[top]
+
+
+def _utility(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], rule: str) -> float:
+    """Mean of step and agent accuracy: the inner-CV selection criterion."""
+    total = 0.0
+    for run, s in zip(runs, scores, strict=True):
+        p = softmax(s)
+        top = max(range(len(p)), key=lambda i: (p[i], -i))
+        total += 0.5 * (top == run.gold_step)
+        agent = predicted_agent(run, p, rule)
+        total += 0.5 * (normalise_agent(agent) == normalise_agent(run.gold_agent))
+    return total / len(runs)
+
+
+TEMPERATURES: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+"""Softmax temperatures tried for the conformal step distribution."""
+
+
+def choose_temperature(
+    runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], alpha: float = 0.1
+) -> float:
+    """The temperature whose calibrated prediction sets drop the most steps (ties: 1.0 first).
+
+    Only the shape of the distribution changes (the top step does not), so accuracy is
+    unaffected; coverage is guaranteed by the calibration whatever the temperature.
+    """
+    best, best_removed = 1.0, -1.0
+    for temperature in sorted(TEMPERATURES, key=lambda t: abs(math.log(t))):
+        examples = [
+            CalibrationExample(softmax(s, temperature), run.gold_step, run.group)
+            for run, s in zip(runs, scores, strict=True)
+        ]
+        calibration = calibrate(examples)
+        removed = 0.0
+        for example in examples:
+            interval = calibration.prediction_set(example.probabilities, alpha, example.group)
+            removed += 1.0 - (interval.hi - interval.lo + 1) / len(example.probabilities)
+        if removed > best_removed + 1e-9:
+            best, best_removed = temperature, removed
+    return best
+
+
+# --- the auditor's threshold ---------------------------------------------------------
+
+
+def first_alarm(scores: Sequence[float], threshold: float) -> int | None:
+    """The first step whose prefix score exceeds `threshold`, or None."""
+    return next((i for i, s in enumerate(scores) if s > threshold), None)
+
+
+def choose_alarm_threshold(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]]) -> float:
+    """The threshold whose first alarms hit the gold step in the most runs (ties: higher)."""
+    candidates = sorted({round(s, 9) for run_scores in scores for s in run_scores})
+    best, best_hits = math.inf, -1
+    # Walk down from the highest threshold; evaluate a spread of candidates for speed.
+    stride = max(1, len(candidates) // 400)
+    for threshold in reversed(candidates[::stride]):
+        threshold -= 1e-9
+        hits = sum(
+            first_alarm(s, threshold) == run.gold_step for run, s in zip(runs, scores, strict=True)
+        )
+        if hits > best_hits:
+            best, best_hits = threshold, hits
+    return best
+
+
+# --- the whole model -----------------------------------------------------------------
+
+
+def tune_and_fit(
+    records: Sequence[BenchmarkRecord],
+    *,
+    cache: FeatureCache,
+    grid: Sequence[ModelConfig] = DEFAULT_GRID,
+    inner_folds: int = 3,
+    seed: int = 0,
+    use_ground_truth: bool = True,
+    auditor: bool = True,
+    on_step: Callable[[str], None] | None = None,
+) -> StepModel:
+    """Choose the model config and agent rule by inner CV on `records`, then fit on all of them.
+
+    The inner out-of-fold scores of the chosen config also calibrate the conformal
+    sets, and the auditor's prefix-only model gets its alarm threshold the same way.
+    Nothing outside `records` is looked at.
+    """
+    runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=False)
+    report: dict[str, dict[str, float]] = {}
+    best: tuple[float, ModelConfig, str, list[list[float]]] | None = None
+    for config in grid:
+        scores = out_of_fold_scores(runs, config, inner_folds, seed)
+        for rule in AgentRule.ALL:
+            utility = _utility(runs, scores, rule)
+            report.setdefault(config.label(), {})[rule] = utility
+            if best is None or utility > best[0] + 1e-12:
+                best = (utility, config, rule, scores)
+        if on_step is not None:
+            on_step(config.label())
+    assert best is not None
+    _, config, rule, inner_scores = best
+    scorer = fit_scorer(runs, config, seed)
+    temperature = choose_temperature(runs, inner_scores)
+    conformal = calibrate(
+        CalibrationExample(softmax(s, temperature), run.gold_step, run.group)
+        for run, s in zip(runs, inner_scores, strict=True)
+    )
+    audit_model = None
+    if auditor:
+        prefix_runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=True)
+        prefix_scores = out_of_fold_scores(prefix_runs, config, inner_folds, seed)
+        threshold = choose_alarm_threshold(prefix_runs, prefix_scores)
+        audit_model = StepModel(
+            features=feature_names(prefix_only=True),
+            scorer=fit_scorer(prefix_runs, config, seed),
+            prefix_only=True,
+            alarm_threshold=threshold,
+            training={"config": asdict(config)},
+        )
+    return StepModel(
+        features=feature_names(),
+        scorer=scorer,
+        agent_rule=rule,
+        temperature=temperature,
+        conformal=conformal,
+        auditor=audit_model,
+        training={
+            "records": len(records),
+            "seed": seed,
+            "use_ground_truth": use_ground_truth,
+            "inner_folds": inner_folds,
+            "config": asdict(config),
+            "inner_cv_utility": report,
+        },
+    )
+
+
+def fit_model(
+    records: Sequence[BenchmarkRecord],
+    config: ModelConfig,
+    *,
+    cache: FeatureCache,
+    seed: int = 0,
+    use_ground_truth: bool = True,
+    agent_rule: str = AgentRule.TOP_STEP,
+) -> StepModel:
+    """Fit one fixed config on all `records` (no tuning, no calibration)."""
+    runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=False)
+    return StepModel(
+        features=feature_names(),
+        scorer=fit_scorer(runs, config, seed),
+        agent_rule=agent_rule,
+        training={"records": len(records), "seed": seed, "config": asdict(config)},
+    )
+
+
+# --- command line ---------------------------------------------------------------------
+
+
+@click.command(name="train")
+@click.option(
+    "--dataset",
+    default="who_and_when",
+    show_default=True,
+    help=f"Labelled records to train on: {', '.join(DATASET_SPECS)}.",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the model JSON.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for folds and trees.")
+@click.option(
+    "--with-ground-truth/--without-ground-truth",
+    default=True,
+    show_default=True,
+    help="Whether the model's features may use the task's correct answer.",
+)
+@click.option(
+    "--datasets-dir",
+    envvar=DATASETS_DIR_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Root of the datasets (${DATASETS_DIR_ENV}; default ../shared/datasets).",
+)
+def train_command(
+    dataset: str,
+    out: Path,
+    seed: int,
+    with_ground_truth: bool,
+    datasets_dir: Path | None,
+) -> None:
+    """Train the `learned` attributor's step model and write it as JSON."""
+    require_training_packages()
+    if dataset.strip().lower() not in DATASET_SPECS:
+        raise click.BadParameter(
+            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}",
+            param_hint="'--dataset'",
+        )
+    root = resolve_datasets_dir(datasets_dir)
+    try:
+        records = list(load_dataset(dataset, root))
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from None
+    if len(records) < 6:
+        raise click.ClickException(f"{dataset!r} under {root} has too few records to train on")
+    stderr = Console(stderr=True)
+    with stderr.status(f"tuning on {len(records)} records of {dataset}") as status:
+        model = tune_and_fit(
+            records,
+            cache=FeatureCache(),
+            seed=seed,
+            use_ground_truth=with_ground_truth,
+            on_step=lambda label: status.update(f"tuning on {dataset}: tried {label}"),
+        )
+    model = replace(
+        model,
+        training={
+            **model.training,
+            "dataset": dataset,
+            "trained_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    chosen = model.training.get("config", {})
+    click.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "records": len(records),
+                "config": chosen,
+                "agent_rule": model.agent_rule,
+            }
+        )
+    )

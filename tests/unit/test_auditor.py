@@ -1,0 +1,135 @@
+"""The online auditor: it alarms while a run streams in and never looks past the newest step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from faultfinder.attributors.auditor import Auditor
+from faultfinder.attributors.features import step_features
+from faultfinder.attributors.learned import StepModel, default_model
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.benchmarks.datasets import BenchmarkRecord, load_dataset, resolve_datasets_dir
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[BenchmarkRecord]:
+    root = resolve_datasets_dir()
+    if not (root / "who_and_when").is_dir():
+        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
+    records = list(load_dataset("who_and_when", root))
+    ag = next(r for r in records if r.subset == "algorithm-generated")
+    hc = next(r for r in records if r.subset == "hand-crafted" and 25 <= len(r.trajectory) <= 40)
+    return [ag, hc]
+
+
+def prefix(trajectory: Trajectory, end: int) -> Trajectory:
+    return trajectory.model_copy(update={"steps": trajectory.steps[:end]})
+
+
+def stream(auditor: Auditor, trajectory: Trajectory) -> list[tuple[int, int]]:
+    """Feed the run one step at a time; (steps seen, alarm step) for every alarm raised."""
+    alarms = []
+    for end in range(1, len(trajectory) + 1):
+        alarm = auditor.observe(prefix(trajectory, end))
+        if alarm is not None:
+            alarms.append((end, alarm.step))
+    return alarms
+
+
+def test_streaming_scores_equal_scores_of_each_prefix_alone(runs: list[BenchmarkRecord]) -> None:
+    model = default_model().auditor
+    assert model is not None
+    for record in runs:
+        trajectory = record.trajectory
+        auditor = Auditor(model)
+        stream(auditor, trajectory)
+        streamed = auditor.scores(trajectory.run_id)
+        assert len(streamed) == len(trajectory)
+        for end in range(1, len(trajectory) + 1):
+            rows = step_features(prefix(trajectory, end), prefix_only=True)
+            # the newest step scored against its prefix alone equals what streaming gave it
+            assert model.scorer.score(rows[-1]) == streamed[end - 1]
+
+
+def test_a_different_future_changes_nothing_about_the_past(runs: list[BenchmarkRecord]) -> None:
+    trajectory = runs[1].trajectory
+    cut = len(trajectory) // 2
+    rewritten = tuple(
+        step.model_copy(update={"content": "Traceback (most recent call last): boom " * 5})
+        for step in trajectory.steps[cut:]
+    )
+    other_future = trajectory.model_copy(update={"steps": trajectory.steps[:cut] + rewritten})
+    one, two = Auditor(), Auditor()
+    stream(one, trajectory)
+    stream(two, other_future)
+    assert one.scores(trajectory.run_id)[:cut] == two.scores(trajectory.run_id)[:cut]
+    assert one.scores(trajectory.run_id)[cut:] != two.scores(trajectory.run_id)[cut:]
+
+
+def test_alarm_is_the_first_step_above_the_threshold_raised_when_it_arrives(
+    runs: list[BenchmarkRecord],
+) -> None:
+    trajectory = runs[1].trajectory
+    probe = Auditor()
+    stream(probe, trajectory)
+    scores = probe.scores(trajectory.run_id)
+    threshold = sorted(scores)[len(scores) // 2]
+    expected = next(i for i, s in enumerate(scores) if s > threshold)
+
+    auditor = Auditor(threshold=threshold)
+    alarms = stream(auditor, trajectory)
+    assert alarms == [(expected + 1, expected)]  # once, as soon as the step arrived
+    alarm = auditor.alarm(trajectory.run_id)
+    assert alarm is not None
+    assert alarm.agent == trajectory.steps[expected].agent
+    assert alarm.score == scores[expected] and alarm.threshold == threshold
+
+    assert stream(Auditor(threshold=math.inf), trajectory) == []
+    assert stream(Auditor(threshold=-math.inf), trajectory) == [(1, 0)]
+    repeated = stream(Auditor(threshold=-math.inf, alarm_once=False), trajectory)
+    assert [step for _, step in repeated] == list(range(len(trajectory)))
+
+
+def test_many_new_steps_at_once_alarm_on_the_earliest_crossing(
+    runs: list[BenchmarkRecord],
+) -> None:
+    trajectory = runs[0].trajectory
+    alarm = Auditor(threshold=-math.inf).observe(trajectory)
+    assert alarm is not None and alarm.step == 0 and alarm.steps_seen == len(trajectory)
+
+
+def test_a_prefix_that_does_not_extend_the_last_one_restarts_the_run() -> None:
+    def run(first: str) -> Trajectory:
+        return Trajectory(
+            run_id="r",
+            steps=(
+                Step(index=0, agent="Coder", content=first),
+                Step(index=1, agent="Computer_terminal", kind=StepKind.TOOL,
+                     content="exitcode: 1 Traceback (most recent call last): KeyError"),
+            ),
+        )  # fmt: skip
+
+    auditor = Auditor()
+    auditor.observe(run("print(1)"))
+    fresh = Auditor()
+    fresh.observe(run("Let's assume the data and simulate it."))
+    auditor.observe(run("Let's assume the data and simulate it."))
+    assert auditor.scores("r") == fresh.scores("r")
+    auditor.forget("r")
+    assert auditor.scores("r") == [] and auditor.alarm("r") is None
+
+
+def test_the_auditor_needs_a_prefix_only_model_and_a_threshold() -> None:
+    full = default_model()
+    without_auditor = StepModel(features=full.features, scorer=full.scorer)
+    with pytest.raises(ValueError, match="no prefix-only auditor"):
+        Auditor(without_auditor)
+    assert full.auditor is not None
+    no_threshold = StepModel(
+        features=full.auditor.features, scorer=full.auditor.scorer, prefix_only=True
+    )
+    with pytest.raises(ValueError, match="no alarm threshold"):
+        Auditor(no_threshold)
+    assert Auditor(no_threshold, threshold=0.5).threshold == 0.5

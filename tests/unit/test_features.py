@@ -1,0 +1,251 @@
+"""Step features on hand-built trajectories: each feature means what its docstring says."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from faultfinder.attributors.features import (
+    FEATURES,
+    PREFIX_FEATURES,
+    extract_final_answer,
+    feature_names,
+    step_features,
+)
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+
+
+def run(*steps: tuple[str, StepKind, str], **fields: object) -> Trajectory:
+    return Trajectory(
+        run_id=str(fields.pop("run_id", "run-1")),
+        steps=tuple(
+            Step(index=i, agent=agent, kind=kind, content=content)
+            for i, (agent, kind, content) in enumerate(steps)
+        ),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def table(trajectory: Trajectory, **options: bool) -> list[dict[str, float]]:
+    prefix_only = options.get("prefix_only", False)
+    names = feature_names(prefix_only=prefix_only)
+    return [dict(zip(names, row, strict=True)) for row in step_features(trajectory, **options)]
+
+
+CRASHING_CODER = run(
+    ("human", StepKind.HUMAN, "How many rows does data.csv have? Answer with a number."),
+    ("Planner", StepKind.MESSAGE, "Plan: Coder loads the file and counts the rows."),
+    (
+        "Coder",
+        StepKind.MESSAGE,
+        "```python\nimport pandas as pd\nprint(len(pd.read_csv('d')))\n```",
+    ),
+    (
+        "Computer_terminal",
+        StepKind.TOOL,
+        "exitcode: 1 (execution failed)\nTraceback (most recent call last):\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: 'd'",
+    ),
+    ("Coder", StepKind.MESSAGE, "Let's assume the file has 12 rows. The answer is 12."),
+    ("Checker", StepKind.MESSAGE, "This is incorrect: the count was never computed."),
+    ("Planner", StepKind.MESSAGE, "FINAL ANSWER: 12\nTERMINATE"),
+    task="How many rows does data.csv have? Answer with a number.",
+    ground_truth="7",
+)
+
+
+def test_feature_names_are_unique_documented_and_prefix_features_are_a_subset() -> None:
+    names = [f.name for f in FEATURES]
+    assert len(names) == len(set(names))
+    assert all(f.doc.strip() for f in FEATURES)
+    assert set(feature_names(prefix_only=True)) < set(names)
+    assert [f.name for f in PREFIX_FEATURES] == list(feature_names(prefix_only=True))
+
+
+def test_one_row_per_step_in_feature_order() -> None:
+    rows = step_features(CRASHING_CODER)
+    assert len(rows) == len(CRASHING_CODER)
+    assert all(len(row) == len(FEATURES) for row in rows)
+    prefix_rows = step_features(CRASHING_CODER, prefix_only=True)
+    assert all(len(row) == len(PREFIX_FEATURES) for row in prefix_rows)
+
+
+def test_position_features() -> None:
+    rows = table(CRASHING_CODER)
+    assert [r["position"] for r in rows] == list(range(7))
+    assert rows[0]["relative_position"] == 0.0
+    assert rows[-1]["relative_position"] == 1.0
+    assert rows[3]["relative_position"] == pytest.approx(0.5)
+    assert rows[-1]["log_steps_to_end"] == 0.0
+    assert rows[0]["log_steps_to_end"] > rows[1]["log_steps_to_end"]
+
+
+def test_kinds_and_acting_steps() -> None:
+    rows = table(CRASHING_CODER)
+    assert [r["is_acting"] for r in rows] == [0, 1, 1, 0, 1, 1, 1]
+    assert rows[0]["kind_human"] == 1.0
+    assert rows[3]["kind_tool"] == 1.0
+    assert rows[1]["is_first_acting"] == 1.0
+    assert sum(r["is_first_acting"] for r in rows) == 1.0
+    assert rows[4]["acting_rank"] == 2.0  # Planner and the Coder's first turn act before it
+
+
+def test_agent_turn_features() -> None:
+    rows = table(CRASHING_CODER)
+    # Coder speaks at 2 and 4: the first is its first turn, the second its last.
+    assert rows[2]["agent_first_turn"] == 1.0 and rows[2]["agent_last_turn"] == 0.0
+    assert rows[4]["agent_first_turn"] == 0.0 and rows[4]["agent_last_turn"] == 1.0
+    assert rows[4]["agent_turn"] == 1.0
+    assert rows[6]["agent_is_first_speaker"] == 1.0  # Planner spoke first
+    assert rows[5]["agent_is_first_speaker"] == 0.0
+    assert rows[2]["agents_before"] == 2.0  # human, Planner
+
+
+def test_error_features_point_at_the_code_that_failed() -> None:
+    rows = table(CRASHING_CODER)
+    assert rows[3]["error_in_step"] == 1.0  # the traceback itself
+    assert rows[2]["error_in_step"] == 0.0  # the code is a plan, not an observed error
+    assert rows[2]["error_after"] == 1.0  # its terminal result failed
+    assert rows[2]["first_error_blame"] == 1.0
+    assert sum(r["first_error_blame"] for r in rows) == 1.0
+    assert rows[4]["error_in_previous"] == 1.0
+    assert rows[3]["first_error_here"] == 1.0
+    assert rows[4]["errors_before"] > 0.0 and rows[2]["errors_before"] == 0.0
+    assert rows[2]["agent_error_share"] == 1.0  # the Coder owns the only error
+    assert rows[1]["agent_error_share"] == 0.0
+
+
+def test_text_cues() -> None:
+    rows = table(CRASHING_CODER)
+    assert rows[2]["code_blocks"] == 1.0
+    assert rows[4]["hedging"] == 1.0  # "Let's assume"
+    assert rows[2]["hedging"] == 0.0
+    assert rows[6]["terminates"] == 1.0
+    assert rows[4]["criticised_next"] == 1.0  # the Checker calls it incorrect
+    assert rows[2]["criticised_next"] == 0.0
+    sorry = run(("A", StepKind.MESSAGE, "Unfortunately I cannot open the page; I verified it."))
+    row = table(sorry)[0]
+    assert row["apology"] == 1.0 and row["verification"] == 1.0
+
+
+def test_ground_truth_features_and_their_withholding() -> None:
+    rows = table(CRASHING_CODER)
+    # The terminal's exit code and errno are the first numbers that are not 7; the
+    # Coder's 12 contradicts the truth too, but not for the first time.
+    assert [r["numbers_contradict_gt"] for r in rows] == [0, 0, 0, 1, 1, 0, 1]
+    assert [r["first_numbers_contradict_gt"] for r in rows] == [0, 0, 0, 1, 0, 0, 0]
+    assert all(r["gt_mentioned"] == 0.0 for r in rows)
+    withheld = table(CRASHING_CODER, use_ground_truth=False)
+    for name in ("numbers_contradict_gt", "first_numbers_contradict_gt", "gt_mentioned"):
+        assert all(r[name] == 0.0 for r in withheld)
+
+    right = run(
+        ("A", StepKind.MESSAGE, "Searching."),
+        ("B", StepKind.MESSAGE, "The answer is Holabird & Roche."),
+        ("A", StepKind.MESSAGE, "Holabird it is."),
+        ground_truth="Holabird",
+    )
+    mentioned = table(right)
+    assert [r["gt_mentioned"] for r in mentioned] == [0.0, 1.0, 1.0]
+    assert [r["gt_mentioned_before"] for r in mentioned] == [0.0, 0.0, 1.0]
+
+
+def test_final_answer_first_mention_marks_where_the_wrong_answer_came_from() -> None:
+    assert extract_final_answer(CRASHING_CODER) == "12"
+    rows = table(CRASHING_CODER)
+    assert [r["final_answer_first_mention"] for r in rows] == [0, 0, 0, 0, 1, 0, 0]
+    given = CRASHING_CODER.model_copy(update={"final_answer": "7"})
+    # The final answer equals the truth: nothing to trace back.
+    assert all(r["final_answer_first_mention"] == 0 for r in table(given))
+
+
+def test_repetition_and_loops() -> None:
+    page = "I scrolled down one page in the browser. The page shows the archive of 2015."
+    looping = run(
+        *[("Surfer", StepKind.MESSAGE, page) for _ in range(4)],
+        ("Surfer", StepKind.MESSAGE, "I typed a new query about bridges into the search box."),
+    )
+    rows = table(looping)
+    assert rows[0]["repetition"] == 0.0
+    assert rows[1]["repetition"] == 1.0
+    assert rows[3]["loop_count"] > rows[1]["loop_count"] > 0.0
+    assert rows[4]["repetition"] < 0.5
+    assert rows[3]["new_words"] == 0.0 and rows[0]["new_words"] == 1.0
+
+
+def test_handoffs_and_instructions() -> None:
+    plain = run(
+        ("Orchestrator", StepKind.MESSAGE, "Plan the search."),
+        ("Orchestrator", StepKind.HANDOFF, "Search the NASA archive for August 2015 pictures."),
+        ("WebSurfer", StepKind.MESSAGE, "I searched the NASA archive for August 2015."),
+        ("Orchestrator", StepKind.MESSAGE, "Next speaker Assistant"),
+        ("Assistant", StepKind.MESSAGE, "Here is some unrelated code."),
+    )
+    handoff = plain.steps[1].model_copy(update={"metadata": {"handoff_to": "WebSurfer"}})
+    team = plain.model_copy(update={"steps": (plain.steps[0], handoff, *plain.steps[2:])})
+    rows = table(team)
+    assert rows[1]["kind_handoff"] == 1.0
+    assert rows[3]["kind_handoff"] == 1.0  # "Next speaker X" hands off too
+    assert rows[2]["answers_handoff"] == 1.0
+    assert rows[4]["answers_handoff"] == 1.0
+    assert rows[0]["answers_handoff"] == 0.0
+    assert rows[2]["instruction_overlap"] > 0.5
+    assert rows[0]["instruction_overlap"] == 0.0
+
+
+def test_progress_ledgers() -> None:
+    stalled = '{"is_in_loop": {"reason": "same page again", "answer": true}}'
+    fine = '{"is_in_loop": {"reason": "new page", "answer": false}}'
+    team = run(
+        ("WebSurfer", StepKind.MESSAGE, "I clicked a link."),
+        ("Orchestrator", StepKind.MESSAGE, stalled),
+        ("WebSurfer", StepKind.MESSAGE, "I clicked another link."),
+        ("Orchestrator", StepKind.MESSAGE, fine),
+        ("WebSurfer", StepKind.MESSAGE, "Done."),
+    )
+    rows = table(team)
+    assert rows[0]["ledger_stalled_after"] == 1.0
+    assert rows[2]["ledger_stalled_after"] == 0.0
+    assert rows[2]["ledger_stalled_before"] == 1.0
+    assert rows[4]["ledger_stalled_before"] == 0.0
+
+
+def test_agent_share() -> None:
+    rows = table(CRASHING_CODER)
+    assert rows[2]["agent_share"] == pytest.approx(2 / 7)
+    assert rows[0]["agent_share"] == pytest.approx(1 / 7)
+
+
+def test_empty_task_and_single_step_do_not_break() -> None:
+    rows = table(run(("A", StepKind.MESSAGE, "")))
+    assert rows[0]["relative_position"] == 0.0
+    assert rows[0]["task_overlap"] == 0.0
+    assert step_features(Trajectory(run_id="empty")) == []
+
+
+_AGENTS = st.sampled_from(["Planner", "Coder", "Computer_terminal", "WebSurfer"])
+_KINDS = st.sampled_from([StepKind.MESSAGE, StepKind.TOOL, StepKind.HANDOFF])
+_TEXTS = st.sampled_from([
+    "exitcode: 1 Traceback (most recent call last): KeyError: 'x'",
+    "The answer is 42. TERMINATE",
+    "Let's assume the value is 7.",
+    "I scrolled down one page.",
+    '{"is_progress_being_made": {"reason": "no", "answer": false}}',
+    "Next speaker Coder",
+    "",
+])  # fmt: skip
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_AGENTS, _KINDS, _TEXTS), min_size=1, max_size=12), st.booleans())
+def test_prefix_features_never_depend_on_later_steps(
+    steps: list[tuple[str, StepKind, str]], use_ground_truth: bool
+) -> None:
+    full = run(*steps, task="Compute the value.", ground_truth="42")
+    rows = step_features(full, prefix_only=True, use_ground_truth=use_ground_truth)
+    for end in range(1, len(full) + 1):
+        prefix = full.model_copy(update={"steps": full.steps[:end]})
+        assert (
+            step_features(prefix, prefix_only=True, use_ground_truth=use_ground_truth) == rows[:end]
+        )

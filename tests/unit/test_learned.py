@@ -1,0 +1,328 @@
+"""The `learned` attributor: packaged model, valid attributions on real runs, training,
+export fidelity, cross-validation folds that never score what they trained on."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from faultfinder.attributors.base import AttributeOptions, available_attributors, get_attributor
+from faultfinder.attributors.features import feature_names
+from faultfinder.attributors.learned import (
+    LearnedAttributor,
+    ModelFormatError,
+    StepModel,
+    default_model,
+)
+from faultfinder.attributors.model import (
+    AttributionStatus,
+    Step,
+    StepKind,
+    Trajectory,
+    validate_against,
+)
+from faultfinder.benchmarks.cv import CVSettings, FoldOutcome, cross_validate, fold_plan
+from faultfinder.benchmarks.datasets import (
+    BenchmarkRecord,
+    GoldLabel,
+    load_dataset,
+    resolve_datasets_dir,
+)
+from faultfinder.benchmarks.train import (
+    FeatureCache,
+    ModelConfig,
+    batch_scores,
+    fit_scorer,
+    stratified_folds,
+    train_command,
+)
+
+OPTIONS = AttributeOptions()
+
+
+# --- synthetic labelled runs: the culprit is the code whose terminal output failed ----
+
+
+def synthetic_history(rng: random.Random) -> tuple[list[dict[str, str]], int]:
+    n = rng.randint(5, 10)
+    culprit = rng.randrange(0, n - 1, 2)
+    history = []
+    for i in range(n):
+        if i == culprit:
+            history.append(
+                {
+                    "name": "Coder",
+                    "role": "assistant",
+                    "content": "```python\nprint(load('data.csv'))\n```",
+                }
+            )
+        elif i == culprit + 1:
+            history.append(
+                {
+                    "name": "Computer_terminal",
+                    "role": "user",
+                    "content": "exitcode: 1 (execution failed)\nTraceback (most recent "
+                    "call last):\nKeyError: 'rows'",
+                }
+            )
+        elif i % 2:
+            history.append(
+                {
+                    "name": "Computer_terminal",
+                    "role": "user",
+                    "content": "exitcode: 0 (execution succeeded)\nCode output: done",
+                }
+            )
+        else:
+            history.append(
+                {
+                    "name": rng.choice(["Planner", "Checker", "Coder"]),
+                    "role": "assistant",
+                    "content": f"Step {i}: looks fine to me.",
+                }
+            )
+    return history, culprit  # fmt: skip
+
+
+def synthetic_record(rng: random.Random, number: int, subset: str) -> BenchmarkRecord:
+    history, culprit = synthetic_history(rng)
+    steps = tuple(
+        Step(
+            index=i,
+            agent=entry["name"],
+            kind=StepKind.TOOL if entry["name"] == "Computer_terminal" else StepKind.MESSAGE,
+            content=entry["content"],
+        )
+        for i, entry in enumerate(history)
+    )
+    trajectory = Trajectory(
+        run_id=f"synthetic/{subset}/{number}", task="Count the rows.", ground_truth="7",
+        steps=steps, metadata={"framework": subset},
+    )  # fmt: skip
+    return BenchmarkRecord(
+        "synthetic", subset, f"{subset}/{number}", trajectory, GoldLabel("Coder", culprit)
+    )
+
+
+def synthetic_records(count: int, seed: int = 0) -> list[BenchmarkRecord]:
+    rng = random.Random(seed)
+    return [synthetic_record(rng, i, ("small", "large")[i % 2]) for i in range(count)]
+
+
+# --- the packaged model on real runs --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def who_and_when() -> list[BenchmarkRecord]:
+    root = resolve_datasets_dir()
+    if not (root / "who_and_when").is_dir():
+        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
+    return list(load_dataset("who_and_when", root))
+
+
+def test_learned_is_registered_and_uses_the_packaged_model() -> None:
+    assert "learned" in available_attributors()
+    attributor = get_attributor("learned")
+    assert isinstance(attributor, LearnedAttributor)
+    assert attributor.model is default_model()
+    assert attributor.model.features == feature_names()
+    assert attributor.model.conformal is not None
+    assert attributor.model.auditor is not None and attributor.model.auditor.prefix_only
+
+
+async def test_valid_attributions_on_real_runs_including_the_longest(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
+    by_subset: dict[str, list[BenchmarkRecord]] = {}
+    for record in who_and_when:
+        by_subset.setdefault(record.subset, []).append(record)
+    longest = max(who_and_when, key=lambda r: len(r.trajectory))
+    assert len(longest.trajectory) >= 130
+    chosen = by_subset["algorithm-generated"][:4] + by_subset["hand-crafted"][:4] + [longest]
+    attributor = get_attributor("learned")
+    for record in chosen:
+        trajectory = record.trajectory
+        result = await attributor.attribute(trajectory, OPTIONS)
+        assert result.status is AttributionStatus.OK, result.failure_reason
+        assert validate_against(result, trajectory) is None
+        assert result.llm_calls == 0 and result.method == "learned"
+        assert result.used_ground_truth
+        scores = [c.score for c in result.candidates]
+        assert scores == sorted(scores, reverse=True)
+        assert result.candidates[0].step == result.step
+        assert result.agent == trajectory.steps[result.step].agent
+        probabilities = result.details["step_probabilities"]
+        assert len(probabilities) == len(trajectory)
+        assert sum(probabilities) == pytest.approx(1.0, abs=1e-4)
+        assert result.confidence == pytest.approx(max(probabilities), abs=1e-4)
+        interval = result.prediction_set
+        assert interval is not None and interval.alpha == 0.1
+        assert 0 <= interval.lo <= interval.hi < len(trajectory)
+
+
+async def test_without_ground_truth_the_answer_cannot_matter(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
+    record = next(r for r in who_and_when if r.subset == "algorithm-generated")
+    attributor = LearnedAttributor()
+    blind = AttributeOptions(use_ground_truth=False)
+    one = await attributor.attribute(record.trajectory, blind)
+    other = await attributor.attribute(
+        record.trajectory.model_copy(update={"ground_truth": "something else entirely 991"}),
+        blind,
+    )
+    assert not one.used_ground_truth
+    assert one.details["step_probabilities"] == other.details["step_probabilities"]
+
+
+async def test_empty_trajectory_fails_with_a_reason() -> None:
+    result = await LearnedAttributor().attribute(Trajectory(run_id="empty"), OPTIONS)
+    assert result.status is AttributionStatus.FAILED
+    assert "no steps" in (result.failure_reason or "")
+
+
+# --- the model file ---------------------------------------------------------------------
+
+
+def test_model_json_round_trip_scores_identically(tmp_path: Path) -> None:
+    model = default_model()
+    path = tmp_path / "model.json"
+    model.save(path)
+    loaded = StepModel.load(path)
+    trajectory = synthetic_records(1)[0].trajectory
+    assert loaded.score(trajectory) == model.score(trajectory)
+    assert loaded.agent_rule == model.agent_rule
+    assert loaded.auditor is not None and loaded.auditor.alarm_threshold is not None
+
+
+def test_bad_model_files_name_the_file_and_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ModelFormatError, match=r"broken\.json"):
+        StepModel.load(path)
+
+    data = default_model().to_dict()
+    data["scorer"]["trees"][0]["feature"][0] = 10_000
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ModelFormatError, match=r"broken\.json.*scorer\.trees\[0\]"):
+        StepModel.load(path)
+
+    data = default_model().to_dict()
+    data["features"] = data["features"][:-1]
+    data["scorer"] = {"type": "linear", "mean": [0.0] * len(data["features"]),
+                      "scale": [1.0] * len(data["features"]),
+                      "weights": [0.0] * len(data["features"])}  # fmt: skip
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ModelFormatError, match="retrain"):
+        StepModel.load(path)
+
+    with pytest.raises(ModelFormatError, match="format"):
+        StepModel.from_dict({"format": "something/else"})
+
+
+# --- training -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config", [ModelConfig(kind="trees", n_trees=30), ModelConfig(kind="linear", l2=1.0)]
+)
+def test_exported_scorer_matches_training_and_learns_the_pattern(config: ModelConfig) -> None:
+    records = synthetic_records(80)
+    cache = FeatureCache()
+    train = cache.matrices(records[:60], use_ground_truth=True, prefix_only=False)
+    test = cache.matrices(records[60:], use_ground_truth=True, prefix_only=False)
+    scorer = fit_scorer(train, config, seed=0)
+    hits = 0
+    for run in test:
+        pure = [scorer.score(row) for row in run.rows.tolist()]
+        assert np.allclose(batch_scores(scorer, run.rows), pure)
+        hits += int(np.argmax(pure)) == run.gold_step
+    # The culprit is the code before the failing terminal output: learnable.
+    assert hits / len(test) >= 0.8
+
+
+def test_stratified_folds_are_disjoint_cover_everything_and_balance_subsets() -> None:
+    subsets = ["a"] * 126 + ["h"] * 58
+    folds = stratified_folds(subsets, 5, seed=3)
+    flat = [i for fold in folds for i in fold]
+    assert sorted(flat) == list(range(len(subsets)))  # disjoint and complete
+    assert max(map(len, folds)) - min(map(len, folds)) <= 1
+    for fold in folds:
+        hand_crafted = sum(subsets[i] == "h" for i in fold)
+        assert 11 <= hand_crafted <= 12
+    assert stratified_folds(subsets, 5, seed=3) == folds
+    assert stratified_folds(subsets, 5, seed=4) != folds
+    with pytest.raises(ValueError, match="at least 2"):
+        stratified_folds(subsets, 1, seed=0)
+
+
+def test_cross_validation_never_scores_a_record_it_trained_on() -> None:
+    records = synthetic_records(30)
+    seen: list[FoldOutcome] = []
+    settings = CVSettings(
+        folds=3, seeds=(0, 1), grid=(ModelConfig(kind="linear", l2=1.0),), inner_folds=2
+    )
+    summary = cross_validate(records, settings, on_fold=seen.append)
+    ids = {r.record_id for r in records}
+    for seed in (0, 1):
+        folds = [f for f in seen if f.seed == seed]
+        assert len(folds) == 3
+        tested = [i for f in folds for i in f.test_ids]
+        assert sorted(tested) == sorted(ids)  # every record scored exactly once
+        for f in folds:
+            assert not set(f.train_ids) & set(f.test_ids)
+            assert set(f.train_ids) | set(f.test_ids) == ids
+        assert [sorted(f.test_ids) for f in folds] == [
+            sorted(records[i].record_id for i in fold) for fold in fold_plan(records, 3, seed)
+        ]
+    overall = summary["subsets"]["overall"]
+    assert overall["n"] == 30
+    assert overall["accuracy"]["step"]["mean"] >= 0.7
+    assert len(overall["accuracy"]["step"]["values"]) == 2
+    assert set(overall["conformal"]) == {"0.1", "0.2"}
+
+
+def write_who_and_when(root: Path, count: int) -> None:
+    folder = root / "who_and_when" / "Algorithm-Generated"
+    folder.mkdir(parents=True)
+    rng = random.Random(5)
+    for number in range(1, count + 1):
+        history, culprit = synthetic_history(rng)
+        record = {
+            "question": "Count the rows.", "question_ID": f"q{number}", "level": "1",
+            "ground_truth": "7", "is_correct": False, "history": history,
+            "mistake_agent": "Coder", "mistake_step": str(culprit),
+            "mistake_reason": "The code read the wrong column.",
+        }  # fmt: skip
+        (folder / f"{number}.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+async def test_train_command_writes_a_model_the_attributor_loads(tmp_path: Path) -> None:
+    write_who_and_when(tmp_path / "data", 24)
+    out = tmp_path / "models" / "mine.json"
+    result = CliRunner().invoke(
+        train_command,
+        ["--dataset", "who_and_when:algorithm-generated", "--out", str(out),
+         "--datasets-dir", str(tmp_path / "data"), "--seed", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["records"] == 24
+    model = StepModel.load(out)
+    assert model.training["dataset"] == "who_and_when:algorithm-generated"
+    assert model.training["records"] == 24
+    attributor = get_attributor("learned", model_path=str(out))
+    record = synthetic_records(1, seed=9)[0]
+    attribution = await attributor.attribute(record.trajectory, OPTIONS)
+    assert attribution.status is AttributionStatus.OK
+    assert attribution.step == record.gold.step
+
+
+def test_train_command_rejects_unknown_datasets(tmp_path: Path) -> None:
+    result = CliRunner().invoke(train_command, ["--dataset", "nope", "--out", str(tmp_path / "m")])
+    assert result.exit_code != 0
+    assert "unknown dataset 'nope'" in result.output
