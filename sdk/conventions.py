@@ -168,3 +168,19 @@ STEP_KIND_TOOL: Final = "tool"
 STEP_KIND_HANDOFF: Final = "handoff"
 STEP_KIND_HUMAN: Final = "human"
 STEP_KIND_SYSTEM: Final = "system"
+
+# --- appended: more OpenInference and pydantic-ai names read at ingest ---------------
+
+OI_LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
+"""OpenInference: prompt tokens of an LLM span (GenAI: `gen_ai.usage.input_tokens`)."""
+OI_LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+"""OpenInference: completion tokens of an LLM span (GenAI: `gen_ai.usage.output_tokens`)."""
+
+PYDANTIC_AI_FINAL_RESULT: Final = "final_result"
+"""pydantic-ai: the output of an agent run, on its `invoke_agent` span (no GenAI name exists)."""
+PYDANTIC_AI_TOOL_ARGUMENTS: Final = "tool_arguments"
+"""pydantic-ai instrumentation version 2: a tool span's arguments (later versions use
+`gen_ai.tool.call.arguments`)."""
+PYDANTIC_AI_TOOL_RESPONSE: Final = "tool_response"
+"""pydantic-ai instrumentation version 2: a tool span's result (later versions use
+`gen_ai.tool.call.result`)."""

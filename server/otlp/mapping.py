@@ -1,8 +1,9 @@
 """Convention mapping: faultfinder / GenAI semconv / OpenInference attributes → one vocabulary.
 
 Pure functions over `SpanRecord`; no I/O. Each fact is looked up in priority order
-(faultfinder's own attributes, then OTel GenAI semconv, then OpenInference) and odd
-attribute types or malformed JSON never raise: they fall back to the raw text.
+(faultfinder's own attributes, then OTel GenAI semconv, then OpenInference, then the few
+pydantic-ai names the standards have no counterpart for) and odd attribute types or
+malformed JSON never raise: they fall back to the raw text.
 """
 
 from __future__ import annotations
@@ -150,11 +151,19 @@ def map_span(span: SpanRecord) -> MappedSpan:
 
     agent = _first_name(attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID))
     tool_result = _first_text(attrs, (c.GEN_AI_TOOL_CALL_RESULT,))
-    if tool_result is None and is_tool:
-        tool_result = as_text(attrs.get(c.OI_OUTPUT_VALUE))
-    tool_arguments = _first_text(attrs, (c.GEN_AI_TOOL_CALL_ARGUMENTS, c.OI_TOOL_PARAMETERS))
-    if tool_arguments is None and is_tool:
-        tool_arguments = as_text(attrs.get(c.OI_INPUT_VALUE))
+    tool_arguments = _first_text(attrs, (c.GEN_AI_TOOL_CALL_ARGUMENTS,))
+    if is_tool:
+        # OpenInference's `tool.parameters` is the tool's JSON schema, not the call's
+        # arguments (those are its `input.value`): it is only the last resort.
+        tool_result = _first_present(
+            tool_result, _first_text(attrs, (c.OI_OUTPUT_VALUE, c.PYDANTIC_AI_TOOL_RESPONSE))
+        )
+        tool_arguments = _first_present(
+            tool_arguments,
+            _first_text(attrs, (c.OI_INPUT_VALUE, c.PYDANTIC_AI_TOOL_ARGUMENTS)),
+        )
+    tool_arguments = _first_present(tool_arguments, as_text(attrs.get(c.OI_TOOL_PARAMETERS)))
+    is_agent_span = operation == c.OP_INVOKE_AGENT or oi_kind == c.OI_KIND_AGENT
 
     content = _first_present(
         as_text(attrs.get(c.STEP_CONTENT)),
@@ -162,6 +171,8 @@ def map_span(span: SpanRecord) -> MappedSpan:
         _openinference_messages_text(attrs, c.OI_LLM_OUTPUT_MESSAGES),
         as_text(attrs.get(c.OI_OUTPUT_VALUE)),
         tool_result,
+        # pydantic-ai puts an agent run's output here rather than in output messages.
+        as_text(attrs.get(c.PYDANTIC_AI_FINAL_RESULT)) if is_agent_span else None,
     )
     input_text = _first_present(
         _messages_text(attrs.get(c.GEN_AI_INPUT_MESSAGES)),
@@ -180,7 +191,7 @@ def map_span(span: SpanRecord) -> MappedSpan:
     status, error = _status(span)
     return MappedSpan(
         agent=agent,
-        is_agent_span=operation == c.OP_INVOKE_AGENT or oi_kind == c.OI_KIND_AGENT,
+        is_agent_span=is_agent_span,
         kind=kind,
         content=content,
         input=input_text,
@@ -193,8 +204,12 @@ def map_span(span: SpanRecord) -> MappedSpan:
         status=status,
         error=error,
         model=_first_name(attrs, (c.GEN_AI_REQUEST_MODEL, c.OI_LLM_MODEL_NAME)),
-        input_tokens=_index(attrs.get(c.GEN_AI_USAGE_INPUT_TOKENS)),
-        output_tokens=_index(attrs.get(c.GEN_AI_USAGE_OUTPUT_TOKENS)),
+        input_tokens=_first_count(
+            attrs, (c.GEN_AI_USAGE_INPUT_TOKENS, c.OI_LLM_TOKEN_COUNT_PROMPT)
+        ),
+        output_tokens=_first_count(
+            attrs, (c.GEN_AI_USAGE_OUTPUT_TOKENS, c.OI_LLM_TOKEN_COUNT_COMPLETION)
+        ),
         is_step_candidate=(
             explicit or convention_kind is not None or (agent is not None and content is not None)
         ),
@@ -224,6 +239,10 @@ def _first_name(attrs: Mapping[str, AttributeValue], keys: Iterable[str]) -> str
         if text is not None and text.strip():
             return text.strip()
     return None
+
+
+def _first_count(attrs: Mapping[str, AttributeValue], keys: Iterable[str]) -> int | None:
+    return next((count for key in keys if (count := _index(attrs.get(key))) is not None), None)
 
 
 def _index(value: AttributeValue) -> int | None:

@@ -8,6 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Status, StatusCode
 
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import resolve_datasets_dir
@@ -20,6 +23,7 @@ from tests.otlp_helpers import (
     T0,
     SpanRecorder,
     framework_spans,
+    input_messages,
     output_messages,
     span_records,
     trajectory_spans,
@@ -153,6 +157,160 @@ def test_framework_trace_gives_llm_and_tool_steps_with_inherited_agents() -> Non
     assert result.metadata["service"] == "travel-agents"
     assert result.metadata["project"] == "default"
     assert result.metadata["span_count"] == 7
+
+
+def _tool_call_output(name: str, arguments: str) -> str:
+    return json.dumps(
+        [
+            {
+                "role": "assistant",
+                "parts": [
+                    {"type": "tool_call", "id": "call_0", "name": name, "arguments": arguments}
+                ],
+                "finish_reason": "tool_call",
+            }
+        ]
+    )
+
+
+def pydantic_ai_delegation_spans(*, lookup_fails: bool) -> tuple[ReadableSpan, ...]:
+    """Agent delegation as pydantic-ai's own instrumentation (version 5) records it.
+
+    invoke_agent Orchestrator            (final_result when the run succeeds)
+    ├── chat local                       → LLM, calls ask_price_lookup
+    ├── execute_tool ask_price_lookup    (container: the delegated run is beneath it)
+    │   └── invoke_agent PriceLookup
+    │       ├── chat local               → LLM, calls lookup_price
+    │       ├── execute_tool lookup_price → TOOL, raises or returns 1.2
+    │       └── chat local               → LLM, answers (when the lookup worked)
+    └── chat local                       → LLM, answers (when the lookup worked)
+
+    Every span below an agent run carries the run's `gen_ai.agent.name` (pydantic-ai
+    copies it from baggage); the spans of one run share a `gen_ai.conversation.id`.
+    """
+    recorder = SpanRecorder({c.SERVICE_NAME: "shop"}, scope="pydantic-ai")
+    tracer = recorder.tracer
+
+    def agent_attributes(agent: str, conversation: str) -> dict[str, str]:
+        return {c.GEN_AI_AGENT_NAME: agent, c.GEN_AI_CONVERSATION_ID: conversation}
+
+    def chat(parent: trace.Span, at: int, agent: str, user: str, output: str) -> None:
+        recorder.span(
+            "chat local",
+            parent=parent,
+            start=T0 + at * MS,
+            end=T0 + (at + 1) * MS,
+            attributes={
+                c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+                **agent_attributes(agent, f"conversation-{agent}"),
+                c.GEN_AI_REQUEST_MODEL: "local",
+                c.GEN_AI_INPUT_MESSAGES: input_messages(("user", user)),
+                c.GEN_AI_OUTPUT_MESSAGES: output,
+                c.GEN_AI_USAGE_INPUT_TOKENS: 35,
+                c.GEN_AI_USAGE_OUTPUT_TOKENS: 13,
+            },
+        )
+
+    def agent_run(name: str, parent: trace.Span | None, at: int) -> trace.Span:
+        return tracer.start_span(
+            f"invoke_agent {name}",
+            context=trace.set_span_in_context(parent) if parent is not None else None,
+            start_time=T0 + at * MS,
+            attributes={
+                c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_AGENT,
+                "agent_name": name,
+                **agent_attributes(name, f"conversation-{name}"),
+                "logfire.msg": f"{name} run",
+            },
+        )
+
+    def tool_span(name: str, parent: trace.Span, at: int, agent: str, arguments: str) -> trace.Span:
+        return tracer.start_span(
+            f"execute_tool {name}",
+            context=trace.set_span_in_context(parent),
+            start_time=T0 + at * MS,
+            attributes={
+                c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+                c.GEN_AI_TOOL_NAME: name,
+                c.GEN_AI_TOOL_CALL_ID: "call_0",
+                c.GEN_AI_TOOL_CALL_ARGUMENTS: arguments,
+                **agent_attributes(agent, f"conversation-{agent}"),
+            },
+        )
+
+    def fail(span: trace.Span, error: Exception, at: int) -> None:
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end(end_time=T0 + at * MS)
+
+    orchestrator = agent_run("Orchestrator", None, 0)
+    chat(
+        orchestrator,
+        1,
+        "Orchestrator",
+        "What does a pen cost?",
+        _tool_call_output("ask_price_lookup", '{"item": "pen"}'),
+    )
+    delegate = tool_span("ask_price_lookup", orchestrator, 3, "Orchestrator", '{"item":"pen"}')
+    price_lookup = agent_run("PriceLookup", delegate, 4)
+    chat(
+        price_lookup,
+        5,
+        "PriceLookup",
+        "Unit price of a pen?",
+        _tool_call_output("lookup_price", '{"item": "pen"}'),
+    )
+    lookup = tool_span("lookup_price", price_lookup, 7, "PriceLookup", '{"item":"pen"}')
+    if lookup_fails:
+        error = LookupError("no catalog entry for 'pen'")
+        for at, span in enumerate((lookup, price_lookup, delegate, orchestrator), start=8):
+            fail(span, error, at)
+        return recorder.spans
+    lookup.set_attribute(c.GEN_AI_TOOL_CALL_RESULT, "1.2")
+    lookup.end(end_time=T0 + 8 * MS)
+    chat(price_lookup, 9, "PriceLookup", "Unit price of a pen?", output_messages("1.2 EUR"))
+    price_lookup.set_attribute(c.PYDANTIC_AI_FINAL_RESULT, "1.2 EUR")
+    price_lookup.end(end_time=T0 + 11 * MS)
+    delegate.set_attribute(c.GEN_AI_TOOL_CALL_RESULT, "1.2 EUR")
+    delegate.end(end_time=T0 + 12 * MS)
+    chat(orchestrator, 13, "Orchestrator", "What does a pen cost?", output_messages("1.20 EUR"))
+    orchestrator.set_attribute(c.PYDANTIC_AI_FINAL_RESULT, "A pen costs 1.20 EUR.")
+    orchestrator.end(end_time=T0 + 15 * MS)
+    return recorder.spans
+
+
+def test_pydantic_ai_delegation_reads_as_the_delegate_steps_inside_the_caller() -> None:
+    result = assemble_trajectory(
+        "r", span_records(pydantic_ai_delegation_spans(lookup_fails=False))
+    )
+    assert [(s.agent, s.kind, s.tool_name) for s in result.steps] == [
+        ("Orchestrator", StepKind.LLM, None),
+        ("PriceLookup", StepKind.LLM, None),
+        ("PriceLookup", StepKind.TOOL, "lookup_price"),
+        ("PriceLookup", StepKind.LLM, None),
+        ("Orchestrator", StepKind.LLM, None),
+    ]
+    assert result.steps[1].content == 'lookup_price({"item": "pen"})'
+    assert (result.steps[2].tool_arguments, result.steps[2].tool_result) == (
+        '{"item":"pen"}',
+        "1.2",
+    )
+    assert result.task == "What does a pen cost?"
+    # The root agent run's `final_result` is the run's answer.
+    assert result.final_answer == "A pen costs 1.20 EUR."
+
+
+def test_pydantic_ai_raising_tool_is_the_failed_step_of_the_delegate() -> None:
+    result = assemble_trajectory("r", span_records(pydantic_ai_delegation_spans(lookup_fails=True)))
+    assert [(s.agent, s.kind) for s in result.steps] == [
+        ("Orchestrator", StepKind.LLM),
+        ("PriceLookup", StepKind.LLM),
+        ("PriceLookup", StepKind.TOOL),
+    ]
+    # The delegating tool call and both agent runs failed too, but they are containers.
+    (failed,) = [step for step in result.steps if step.status is StepStatus.ERROR]
+    assert failed.tool_name == "lookup_price" and "no catalog entry" in (failed.error or "")
+    assert result.final_answer is None
 
 
 def test_orphans_are_provisional_roots_until_the_root_arrives() -> None:

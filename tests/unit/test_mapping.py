@@ -180,6 +180,60 @@ def test_openinference_tool_span_takes_tool_fields_and_output_value() -> None:
     assert facts.content == "42"
 
 
+def test_openinference_tool_span_takes_arguments_from_input_not_from_the_schema() -> None:
+    # As `@tracer.tool` of openinference-instrumentation records a call that raised:
+    # `tool.parameters` holds the tool's JSON schema, `input.value` the call's arguments.
+    schema = json.dumps(
+        {
+            "type": "object",
+            "title": "population_lookup",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        }
+    )
+    facts = mapped(
+        {
+            c.OI_INPUT_VALUE: '{"city": "Lyon"}',
+            "input.mime_type": "application/json",
+            c.OI_TOOL_NAME: "population_lookup",
+            c.OI_TOOL_PARAMETERS: schema,
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+        },
+        name="population_lookup",
+        error="KeyError: \"no census record for 'Lyon'\"",
+    )
+    assert facts.kind is StepKind.TOOL and facts.tool_name == "population_lookup"
+    assert facts.tool_arguments == '{"city": "Lyon"}'
+    assert facts.tool_result is None
+    assert facts.status is StepStatus.ERROR and "no census record" in (facts.error or "")
+
+
+def test_openinference_token_counts_are_read() -> None:
+    # As openinference-instrumentation-openai records a chat completion.
+    facts = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            c.OI_LLM_MODEL_NAME: "local",
+            "llm.token_count.total": 47,
+            c.OI_LLM_TOKEN_COUNT_PROMPT: 37,
+            c.OI_LLM_TOKEN_COUNT_COMPLETION: 10,
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "Lyon is a French city.",
+        },
+        name="ChatCompletion",
+    )
+    assert (facts.input_tokens, facts.output_tokens) == (37, 10)
+    # GenAI usage wins when a span carries both.
+    both = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_USAGE_INPUT_TOKENS: 5,
+            c.OI_LLM_TOKEN_COUNT_PROMPT: 37,
+        }
+    )
+    assert both.input_tokens == 5
+
+
 def test_openinference_agent_and_chain_spans() -> None:
     agent = mapped({c.OPENINFERENCE_SPAN_KIND: "AGENT", c.OI_GRAPH_NODE_ID: "writer"})
     assert agent.is_agent_span and agent.agent == "writer" and agent.is_step_candidate
@@ -191,6 +245,66 @@ def test_openinference_agent_and_chain_spans() -> None:
         {c.OPENINFERENCE_SPAN_KIND: "CHAIN", c.OI_GRAPH_NODE_ID: "critic", c.OI_OUTPUT_VALUE: "ok"}
     )
     assert node.is_step_candidate and node.content == "ok" and node.agent == "critic"
+
+
+# --- pydantic-ai (GenAI semconv plus a few names of its own) ----------------------------
+
+
+def test_pydantic_ai_agent_run_output_is_its_content() -> None:
+    # The `invoke_agent` span of a pydantic-ai agent run (instrumentation version 5).
+    facts = mapped(
+        {
+            "model_name": "local",
+            "agent_name": "Orchestrator",
+            c.GEN_AI_AGENT_NAME: "Orchestrator",
+            c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_AGENT,
+            "logfire.msg": "Orchestrator run",
+            c.PYDANTIC_AI_FINAL_RESULT: "A pen costs 1.20 EUR.",
+            "pydantic_ai.all_messages": input_messages(("user", "What does a pen cost?")),
+        },
+        name="invoke_agent Orchestrator",
+    )
+    assert facts.is_agent_span and facts.agent == "Orchestrator"
+    assert facts.content == "A pen costs 1.20 EUR."
+    # Only an agent run's `final_result` is its output; on other spans it is no step text.
+    plain = mapped({c.PYDANTIC_AI_FINAL_RESULT: "42"})
+    assert plain.content is None and not plain.is_step_candidate
+
+
+def test_pydantic_ai_tool_span_of_instrumentation_version_2() -> None:
+    # Version 2 names its tool spans `running tool` and keeps arguments and result
+    # under names of its own; the operation and tool name are GenAI's.
+    facts = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+            c.GEN_AI_TOOL_NAME: "lookup_price",
+            c.GEN_AI_TOOL_CALL_ID: "call_0",
+            c.GEN_AI_AGENT_NAME: "PriceLookup",
+            "logfire.msg": "running tool: lookup_price",
+            c.PYDANTIC_AI_TOOL_ARGUMENTS: '{"item":"notebook"}',
+            c.PYDANTIC_AI_TOOL_RESPONSE: "4.5",
+        },
+        name="running tool",
+    )
+    assert (facts.kind, facts.agent, facts.tool_name) == (
+        StepKind.TOOL,
+        "PriceLookup",
+        "lookup_price",
+    )
+    assert (facts.tool_arguments, facts.tool_result, facts.content) == (
+        '{"item":"notebook"}',
+        "4.5",
+        "4.5",
+    )
+    # The GenAI names of later versions win when both are present.
+    later = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+            c.GEN_AI_TOOL_CALL_ARGUMENTS: '"pen"',
+            c.PYDANTIC_AI_TOOL_ARGUMENTS: '"notebook"',
+        }
+    )
+    assert later.tool_arguments == '"pen"'
 
 
 def test_plain_spans_are_not_step_candidates() -> None:
