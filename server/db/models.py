@@ -22,6 +22,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Float,
     Column,
     ForeignKey,
     Index,
@@ -249,4 +250,31 @@ class LabelTable(SQLModel, table=True):
     step: int = Field(sa_column=Column(Integer, nullable=False))
     reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     author: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class AlarmTable(SQLModel, table=True):
+    """An early alarm: the online auditor's suspect step, raised while the run was running."""
+
+    __tablename__ = "alarms"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_alarms"),
+        # One alarm per run: the first step that crossed the threshold.
+        Index("ux_alarms_run_id", "run_id", unique=True),
+    )
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    run_id: str = Field(
+        sa_column=Column(
+            String,
+            ForeignKey("runs.id", ondelete="CASCADE", name="fk_alarms_run_id_runs"),
+            nullable=False,
+        )
+    )
+    step: int = Field(sa_column=Column(Integer, nullable=False))
+    agent: str = Field(sa_column=Column(String, nullable=False))
+    score: float = Field(sa_column=Column(Float, nullable=False))
+    threshold: float = Field(sa_column=Column(Float, nullable=False))
+    steps_seen: int = Field(sa_column=Column(Integer, nullable=False))
+    """Steps of the run that had arrived when the alarm was raised."""
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))

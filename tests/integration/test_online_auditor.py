@@ -1,0 +1,44 @@
+"""The online auditor raises its alarm while a run is still arriving, before the run ends."""
+
+from __future__ import annotations
+
+from faultfinder.attributors.auditor import Alarm
+from faultfinder.benchmarks.datasets import load_dataset
+from faultfinder.server.audit import AlarmStore, OnlineAuditor
+from faultfinder.server.store import SpanStore
+from tests.otlp_helpers import span_records, trajectory_spans
+
+
+async def test_alarms_are_raised_from_the_prefix_of_runs_still_running(store: SpanStore) -> None:
+    # Long Hand-Crafted runs whose step spans arrive one by one; the root, exported when
+    # it ends, comes last.
+    records = [r for r in load_dataset("who_and_when:hand-crafted") if len(r.trajectory) > 30][:5]
+    alarms = AlarmStore(store.engine)
+    announced: list[Alarm] = []
+
+    async def on_alarm(alarm: Alarm) -> None:
+        announced.append(alarm)
+
+    early = []
+    async with OnlineAuditor(store, alarms, interval=3600, on_alarm=on_alarm) as auditor:
+        for record in records:
+            spans = span_records(trajectory_spans(record.trajectory))
+            root = next(span for span in spans if span.parent_span_id is None)
+            steps = sorted(
+                (s for s in spans if s is not root), key=lambda s: s.start_time_unix_nano
+            )
+            for sent, span in enumerate(steps, start=1):
+                await store.write_spans([span])
+                for alarm in await auditor.audit_once():
+                    run = await store.get_run(alarm.run_id)
+                    assert run is not None and run.status == "running"
+                    assert alarm.steps_seen == sent and alarm.step < sent
+                    early.append(len(steps) - sent)  # steps still to come when it rang
+            await store.write_spans([root])
+        assert await auditor.audit_once() == []  # one alarm per run at most
+    assert announced, "no alarm on five long failed runs"
+    assert max(early) > 0  # at least one alarm came before the run's last step
+    stored = await alarms.for_runs([alarm.run_id for alarm in announced])
+    assert {run_id: (a.step, a.agent) for run_id, a in stored.items()} == {
+        alarm.run_id: (alarm.step, alarm.agent) for alarm in announced
+    }
