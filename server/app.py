@@ -24,13 +24,21 @@ from faultfinder.server.api.attribute import AttributeController
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.otlp import OtlpTraceController
 from faultfinder.server.api.runs import RunController
+from faultfinder.server.api.ui import (
+    DashboardController,
+    DashboardGate,
+    dashboard_static_files,
+    dashboard_templates,
+)
 from faultfinder.server.attribution import AttributionService, AttributionWorker
 from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
+from faultfinder.server.events import ATTRIBUTION, RUN_STATUS, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.jobs import JobQueue
+from faultfinder.server.metrics import MetricsController, ServerMetrics
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, SettingsError, load_settings
 from faultfinder.server.store import LabelStore, SpanStore
@@ -42,10 +50,13 @@ log = logging.getLogger(__name__)
 class LifecycleSweeper:
     """Daemon: turns quiet runs complete or failed, and gives failed runs their jobs."""
 
-    def __init__(self, store: SpanStore, jobs: JobQueue, settings: Settings) -> None:
+    def __init__(
+        self, store: SpanStore, jobs: JobQueue, settings: Settings, events: EventBus
+    ) -> None:
         self._store = store
         self._jobs = jobs
         self._settings = settings
+        self._events = events
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LifecycleSweeper:
@@ -66,6 +77,14 @@ class LifecycleSweeper:
                 )
                 for transition in transitions:
                     log.info("run %s is now %s", transition.run_id, transition.status)
+                    self._events.publish(
+                        RUN_STATUS,
+                        {
+                            "run_id": transition.run_id,
+                            "previous": transition.previous.value,
+                            "status": transition.status.value,
+                        },
+                    )
                 await self._jobs.enqueue_for_failed_runs(self._settings.attributors)
             except Exception:
                 log.exception("lifecycle sweep failed; trying again")
@@ -94,6 +113,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or load_settings()
     load_plugins(settings)
     keys = KeyRing(settings.api_keys, settings.ingest_keys)
+    events = EventBus()  # what the dashboard's live updates listen to
+    metrics = ServerMetrics()
     if not keys.enabled and not settings.is_loopback:
         log.warning(
             "listening on %s without API keys: anyone who can reach it may send spans and "
@@ -111,11 +132,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff
         )
         writer = SpanWriter(
-            store.write_spans,
+            announcing(
+                store.write_spans, events, group_by_conversation=settings.group_by_conversation
+            ),
             max_queued_spans=settings.ingest_queue_spans,
             max_batch_spans=settings.ingest_batch_spans,
             ack_timeout=settings.ingest_ack_timeout,
         )
+        metrics.attach(writer, queue_capacity=settings.ingest_queue_spans)
         attribution = AttributionService(
             store,
             attributor_config=attribution_config_for(settings),
@@ -127,6 +151,17 @@ def create_app(settings: Settings | None = None) -> Litestar:
             webhooks.publish(
                 "attribution.created",
                 {"run_id": run_id, "attribution": result.model_dump(mode="json")},
+            )
+            metrics.observe_attribution(result)
+            events.publish(
+                ATTRIBUTION,
+                {
+                    "run_id": run_id,
+                    "method": result.method,
+                    "status": result.status.value,
+                    "agent": result.agent,
+                    "step": result.step,
+                },
             )
 
         app.state.update(
@@ -150,7 +185,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     )
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
-                await daemons.enter_async_context(LifecycleSweeper(store, jobs, settings))
+                await daemons.enter_async_context(LifecycleSweeper(store, jobs, settings, events))
                 if settings.workers:
                     await daemons.enter_async_context(
                         AttributionWorker(
@@ -164,16 +199,27 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     )
                 yield
         finally:
+            events.close()
             await engine.dispose()
 
     return Litestar(
-        route_handlers=[OtlpTraceController, RunController, AttributeController, HealthController],
+        route_handlers=[
+            OtlpTraceController,
+            RunController,
+            AttributeController,
+            HealthController,
+            MetricsController,
+            DashboardController,
+            dashboard_static_files(),
+        ],
         lifespan=[lifespan],
         guards=[require_key],
+        middleware=[DashboardGate],
         plugins=[ProblemDetailsPlugin(ProblemDetailsConfig(enable_for_all_http_exceptions=True))],
+        template_config=dashboard_templates(),
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),
         request_max_body_size=settings.max_request_bytes,
-        state=State({"settings": settings, "keyring": keys}),
+        state=State({"settings": settings, "keyring": keys, "events": events, "metrics": metrics}),
     )
 
 

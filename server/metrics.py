@@ -1,0 +1,231 @@
+"""Prometheus metrics at `GET /metrics`: ingest, runs, attribution jobs, latency, LLM cost, blame.
+
+Counters count what happened in this process since it started (spans received,
+attributions made by its worker); gauges of runs and jobs are read from the database
+at scrape time, so every replica reports the same shared totals for those. Each app
+has its own registry (several apps in one process do not collide).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import Controller, Request, Response, get
+from litestar.datastructures import State
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from faultfinder.attributors.model import Attribution, AttributionStatus
+from faultfinder.server.db.models import JobStatus, RunStatus
+from faultfinder.server.ingest import SpanWriter
+from faultfinder.server.jobs import JOBS
+from faultfinder.server.store import RUNS, SpanStore
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+"""Seconds: heuristics answer in milliseconds, LLM methods in seconds to minutes."""
+
+
+@dataclass
+class DatabaseSnapshot:
+    """Run and job counts read from the database for one scrape."""
+
+    up: bool = False
+    runs: dict[str, int] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(attributor, status) → jobs."""
+
+
+class LiveCollector(Collector):
+    """Values that already live elsewhere: the ingest writer's counters and queue, and
+    the database snapshot taken just before the scrape."""
+
+    def __init__(self) -> None:
+        self.writer: SpanWriter | None = None
+        self.queue_capacity: int | None = None
+        self.snapshot = DatabaseSnapshot()
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.writer.counters if self.writer is not None else None
+        received = CounterMetricFamily(
+            "faultfinder_spans_received", "Spans received by the OTLP receivers (HTTP and gRPC)."
+        )
+        stored = CounterMetricFamily(
+            "faultfinder_spans_stored", "Spans acknowledged after being committed to the database."
+        )
+        rejected = CounterMetricFamily(
+            "faultfinder_spans_rejected",
+            "Invalid spans dropped from accepted requests, by reason.",
+            labels=["reason"],
+        )
+        requests_rejected = CounterMetricFamily(
+            "faultfinder_ingest_requests_rejected",
+            "Whole ingest requests turned away, by reason (undecodable, too_large, saturated).",
+            labels=["reason"],
+        )
+        write_errors = CounterMetricFamily(
+            "faultfinder_ingest_write_errors", "Failed attempts to store a batch (retried)."
+        )
+        batches = CounterMetricFamily(
+            "faultfinder_ingest_batches", "Transactions the span writer committed."
+        )
+        queued = GaugeMetricFamily(
+            "faultfinder_ingest_queue_spans", "Spans waiting for the writer right now."
+        )
+        capacity = GaugeMetricFamily(
+            "faultfinder_ingest_queue_capacity_spans",
+            "Spans that may wait before ingest answers 503 (FAULTFINDER_INGEST_QUEUE_SPANS).",
+        )
+        if counters is not None and self.writer is not None:
+            received.add_metric([], counters.spans_received)
+            stored.add_metric([], counters.spans_stored)
+            for reason, count in sorted(counters.spans_rejected.items()):
+                rejected.add_metric([reason], count)
+            for reason, count in sorted(counters.requests_rejected.items()):
+                requests_rejected.add_metric([reason], count)
+            write_errors.add_metric([], counters.write_errors)
+            batches.add_metric([], counters.batches_written)
+            queued.add_metric([], self.writer.queued_spans)
+        if self.queue_capacity is not None:
+            capacity.add_metric([], self.queue_capacity)
+        yield from (received, stored, rejected, requests_rejected, write_errors, batches)
+        yield from (queued, capacity)
+
+        snapshot = self.snapshot
+        database_up = GaugeMetricFamily(
+            "faultfinder_database_up", "1 when the last scrape could read the database."
+        )
+        database_up.add_metric([], 1 if snapshot.up else 0)
+        runs = GaugeMetricFamily(
+            "faultfinder_runs", "Runs in the database by status.", labels=["status"]
+        )
+        jobs = GaugeMetricFamily(
+            "faultfinder_attribution_jobs",
+            "Attribution jobs in the database by attributor and status.",
+            labels=["attributor", "status"],
+        )
+        if snapshot.up:
+            for status in RunStatus:
+                runs.add_metric([status.value], snapshot.runs.get(status.value, 0))
+            attributors = sorted({attributor for attributor, _ in snapshot.jobs})
+            for attributor in attributors:
+                for job_status in JobStatus:
+                    count = snapshot.jobs.get((attributor, job_status.value), 0)
+                    jobs.add_metric([attributor, job_status.value], count)
+        yield from (database_up, runs, jobs)
+
+
+class ServerMetrics:
+    """The sidecar's registry: counters fed by the attribution hook plus live values."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.live = LiveCollector()
+        self.registry.register(self.live)
+        self.attributions = Counter(
+            "faultfinder_attributions",
+            "Attributions stored by this process's worker, by attributor and outcome (ok/failed).",
+            ["attributor", "outcome"],
+            registry=self.registry,
+        )
+        self.attribution_latency = Histogram(
+            "faultfinder_attribution_latency_seconds",
+            "Time one attribution took, as the attributor measured it.",
+            ["attributor"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.llm_calls = Counter(
+            "faultfinder_llm_calls",
+            "Model calls made by LLM attributors.",
+            ["attributor"],
+            registry=self.registry,
+        )
+        self.llm_tokens = Counter(
+            "faultfinder_llm_tokens",
+            "Tokens spent by LLM attributors, by kind (prompt/completion).",
+            ["attributor", "kind"],
+            registry=self.registry,
+        )
+        self.llm_errors = Counter(
+            "faultfinder_llm_errors",
+            "Model call errors that were retried, plus LLM attributions that failed.",
+            ["attributor"],
+            registry=self.registry,
+        )
+        self.blame = Counter(
+            "faultfinder_blame",
+            "Failed runs blamed on each agent, by the attributor that blamed it.",
+            ["agent", "attributor"],
+            registry=self.registry,
+        )
+
+    def attach(self, writer: SpanWriter, *, queue_capacity: int) -> None:
+        """Read ingest figures from `writer` (called once the writer exists)."""
+        self.live.writer = writer
+        self.live.queue_capacity = queue_capacity
+
+    def observe_attribution(self, attribution: Attribution) -> None:
+        """Count one stored attribution (the worker's `on_attribution` hook calls this)."""
+        method = attribution.method
+        ok = attribution.status is AttributionStatus.OK
+        self.attributions.labels(method, "ok" if ok else "failed").inc()
+        self.attribution_latency.labels(method).observe(attribution.latency_s)
+        uses_model = attribution.llm_calls > 0 or attribution.model is not None
+        if uses_model:
+            self.llm_calls.labels(method).inc(attribution.llm_calls)
+            self.llm_tokens.labels(method, "prompt").inc(attribution.prompt_tokens)
+            self.llm_tokens.labels(method, "completion").inc(attribution.completion_tokens)
+            retried = attribution.details.get("retried_errors")
+            errors = len(retried) if isinstance(retried, list) else 0
+            if errors or not ok:
+                self.llm_errors.labels(method).inc(errors + (0 if ok else 1))
+        if ok and attribution.agent is not None:
+            self.blame.labels(attribution.agent, method).inc()
+
+    async def refresh(self, store: SpanStore | None) -> None:
+        """Read run and job counts from the database for the next exposition."""
+        snapshot = DatabaseSnapshot()
+        if store is not None:
+            try:
+                async with store.engine.connect() as conn:
+                    runs = await conn.execute(
+                        select(RUNS.c.status, func.count()).group_by(RUNS.c.status)
+                    )
+                    snapshot.runs = {status: count for status, count in runs.tuples()}
+                    jobs = await conn.execute(
+                        select(JOBS.c.attributor, JOBS.c.status, func.count()).group_by(
+                            JOBS.c.attributor, JOBS.c.status
+                        )
+                    )
+                    snapshot.jobs = {(a, s): count for a, s, count in jobs.tuples()}
+                snapshot.up = True
+            except Exception:  # a scrape reports the database as down instead of failing
+                log.exception("reading run and job counts for /metrics failed")
+        self.live.snapshot = snapshot
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class MetricsController(Controller):
+    tags = ("metrics",)
+
+    @get(
+        "/metrics",
+        operation_id="metrics",
+        summary="Prometheus metrics (text exposition format)",
+        media_type=CONTENT_TYPE_LATEST,
+    )
+    async def metrics(self, request: Request[Any, Any, State]) -> Response[bytes]:
+        metrics: ServerMetrics = request.app.state.metrics
+        await metrics.refresh(getattr(request.app.state, "store", None))
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

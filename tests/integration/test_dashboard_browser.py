@@ -1,0 +1,297 @@
+"""The dashboard in a real headless Chromium against a real sidecar: live runs list, run page
+with the culprit highlighted, labelling, the overview, and inert hostile trajectory content.
+
+Needs Debian's `chromium` at /usr/bin/chromium (driven by Playwright; the browser
+Playwright would download is never used). Screenshots go to test-artifacts/; with
+FAULTFINDER_UPDATE_SCREENSHOT=1 the run page is also saved as docs/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
+from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.replay import replay
+from tests.integration.sidecar import ROOT, running_sidecar
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = ROOT / "test-artifacts"
+FAST = {"FAULTFINDER_QUIET_PERIOD": "0.3", "FAULTFINDER_SWEEP_INTERVAL": "0.2"}
+LIVE_TIMEOUT_MS = 30_000
+
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
+)
+
+HOSTILE_AGENT = '<img src=x onerror="window.__xss=3;alert(3)">Mallory'
+HOSTILE_CONTENT = "<script>window.__xss=1;alert(1)</script> and <b>bold</b> claims"
+HOSTILE_TOOL = '<img src=x onerror="window.__xss=2;alert(2)">'
+HOSTILE_ERROR = '</pre><svg onload="window.__xss=4;alert(4)"></svg>'
+
+
+def hostile_trajectory() -> Trajectory:
+    """A failed run whose agent name, content, tool result and error are markup."""
+    steps = (
+        Step(index=0, agent="user", kind=StepKind.HUMAN, content="Summarise the report."),
+        Step(index=1, agent=HOSTILE_AGENT, kind=StepKind.MESSAGE, content=HOSTILE_CONTENT),
+        Step(
+            index=2,
+            agent=HOSTILE_AGENT,
+            kind=StepKind.TOOL,
+            content="fetching",
+            tool_name="fetch",
+            tool_arguments='{"url": "javascript:alert(5)"}',
+            tool_result=HOSTILE_TOOL,
+            status=StepStatus.ERROR,
+            error=HOSTILE_ERROR,
+        ),
+        Step(index=3, agent="user", kind=StepKind.HUMAN, content="That is wrong."),
+    )
+    return Trajectory(run_id="hostile", task="<i>task</i>", steps=steps)
+
+
+@pytest.fixture
+def sync_api() -> Any:
+    return pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+
+
+@pytest.fixture
+def browser(sync_api: Any) -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def expect(sync_api: Any) -> Any:
+    sync_api.expect.set_options(timeout=LIVE_TIMEOUT_MS)
+    return sync_api.expect
+
+
+def _watch(page: Any, dialogs: list[str], errors: list[str]) -> Any:
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_default_timeout(LIVE_TIMEOUT_MS)
+    return page
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_the_dashboard_shows_live_runs_culprits_labels_and_stays_inert(
+    sqlite_database_url: str, tmp_path: Path, browser: Any, expect: Any
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    records = list(load_dataset("who_and_when:algorithm-generated", resolve_datasets_dir(None)))[
+        1:4
+    ]
+    dialogs: list[str] = []
+    errors: list[str] = []
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **FAST) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as api,
+    ):
+        context = browser.new_context(viewport={"width": 1280, "height": 860})
+        runs_page = _watch(context.new_page(), dialogs, errors)
+        overview = _watch(context.new_page(), dialogs, errors)
+        overview.goto(f"{sidecar.url}/ui/overview")
+        expect(overview.locator("[data-figure=runs]")).to_have_text("0")
+        runs_page.goto(f"{sidecar.url}/")  # the root leads to the runs list
+        expect(runs_page.locator("tr.empty")).to_contain_text("No runs")
+        expect(runs_page.locator("#live-status")).to_have_text("live")
+        runs_page.evaluate("window.__sameDocument = true")
+
+        replay([*records, hostile_trajectory()], to=sidecar.url, progress=False)
+
+        # New runs appear and get attributed without a reload (server-sent events).
+        expect(runs_page.locator("tr.run")).to_have_count(4)
+        expect(runs_page.locator("tr.run .badge.status-attributed")).to_have_count(4)
+        assert runs_page.evaluate("window.__sameDocument") is True
+        expect(overview.locator("[data-figure=attributed]")).to_have_text("4")
+        expect(overview.locator("#blame svg.chart rect")).not_to_have_count(0)
+        # The hostile agent name is shown as text in the list, not as an element.
+        hostile_row = runs_page.locator("tr.run", has_text="Mallory")
+        expect(hostile_row.locator(".agents")).to_contain_text(HOSTILE_AGENT)
+        assert runs_page.locator("tr.run img").count() == 0
+        runs_page.screenshot(path=str(ARTIFACTS / "dashboard-runs.png"), full_page=True)
+
+        # Filters: by status and by text search.
+        runs_page.goto(f"{sidecar.url}/ui/?q=mallory")
+        expect(runs_page.locator("tr.run")).to_have_count(1)
+
+        # A Who&When run's page: the culprit step is highlighted where the API says.
+        listed = api.get("/api/runs", params={"limit": 10}).json()["items"]
+        run = next(item for item in listed if HOSTILE_AGENT not in item["agents"])
+        attribution = run["attributions"][0]
+        page = runs_page
+        page.goto(f"{sidecar.url}/ui/")
+        page.locator(f'tr.run[data-run-id="{run["id"]}"] td.id a').click()
+        page.wait_for_url(f"**/ui/runs/{run['id']}")
+        culprit = page.locator("li.step.culprit")
+        expect(culprit).to_have_count(1)
+        expect(culprit).to_have_attribute("data-index", str(attribution["step"]))
+        expect(culprit.locator(".agent")).to_have_text(attribution["agent"])
+        plain = page.locator("li.step:not(.culprit):not(.status-error)").first
+        highlight = culprit.evaluate("element => getComputedStyle(element).backgroundColor")
+        normal = plain.evaluate("element => getComputedStyle(element).backgroundColor")
+        assert highlight != normal, "the culprit step looks like any other step"
+        card = page.locator("article.attribution.primary")
+        expect(card).to_contain_text(attribution["method"])
+        expect(card.locator(".reason")).to_have_text(attribution["reason"] or "—")
+
+        # Label the culprit through the form; the label shows up on the page and the
+        # open overview counts it against the attributor.
+        culprit.locator("button.label-this").click()
+        page.locator("#label-form textarea[name=reason]").fill("checked by hand")
+        page.locator("#label-form input[name=author]").fill("reviewer")
+        page.locator("#label-form button[type=submit]").click()
+        expect(page.locator("#label-form [data-result]")).to_contain_text("Label saved")
+        expect(page.locator("ul.labels li")).to_contain_text(
+            f"{attribution['agent']} · step {attribution['step']} by reviewer"
+        )
+        labels = api.get(f"/api/runs/{run['id']}/labels").json()
+        assert [(label["agent"], label["step"]) for label in labels] == [
+            (attribution["agent"], attribution["step"])
+        ]
+        row = overview.locator(f'#accuracy tr[data-method="{attribution["method"]}"]')
+        expect(row.locator(".labelled")).to_have_text("1")
+        expect(row.locator(".agent-accuracy")).to_have_text("100.0 %")
+        overview.screenshot(path=str(ARTIFACTS / "dashboard-overview.png"), full_page=True)
+
+        # Re-attribution with a chosen attributor queues a job and its answer arrives live.
+        page.locator("#reattribute-form select[name=attributor]").select_option("random")
+        page.locator("#reattribute-form button[type=submit]").click()
+        expect(page.locator("#reattribute-form [data-result]")).to_contain_text("Queued job")
+        expect(page.locator('article.attribution[data-method="random"]')).to_have_count(1)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(ARTIFACTS / "dashboard-run.png"))
+        if os.environ.get("FAULTFINDER_UPDATE_SCREENSHOT") == "1":
+            page.screenshot(path=str(ROOT / "docs" / "dashboard.png"))
+
+        # The hostile run: every piece of markup is shown as text and nothing runs.
+        hostile = next(item for item in listed if HOSTILE_AGENT in item["agents"])
+        page.goto(f"{sidecar.url}/ui/runs/{hostile['id']}")
+        page.locator("#content-1, #result-2").evaluate_all(
+            "elements => elements.forEach(element => { element.open = true; })"
+        )
+        timeline = page.locator("#timeline")
+        expect(timeline).to_contain_text(HOSTILE_CONTENT)
+        expect(timeline).to_contain_text(HOSTILE_TOOL)
+        expect(timeline).to_contain_text(HOSTILE_ERROR)
+        expect(page.locator("#label-form select[name=agent]")).to_contain_text(HOSTILE_AGENT)
+        assert (
+            page.locator("main img, main script, #timeline svg:not(.swatch), main b").count() == 0
+        )
+        page.wait_for_timeout(300)  # time for any injected handler to have fired
+        assert page.evaluate("typeof window.__xss") == "undefined"
+        page.screenshot(path=str(ARTIFACTS / "dashboard-hostile.png"), full_page=True)
+        context.close()
+
+    assert dialogs == [], f"trajectory content opened dialogs: {dialogs}"
+    assert errors == [], f"the dashboard's script failed: {errors}"
+
+
+@needs_chromium
+def test_with_api_keys_the_browser_logs_in_once_and_keeps_the_key_in_a_strict_cookie(
+    sqlite_database_url: str, tmp_path: Path, browser: Any, expect: Any
+) -> None:
+    dialogs: list[str] = []
+    errors: list[str] = []
+    with running_sidecar(sqlite_database_url, tmp_path, FAULTFINDER_API_KEYS="s3cret") as sidecar:
+        context = browser.new_context()
+        page = _watch(context.new_page(), dialogs, errors)
+        page.set_default_timeout(10_000)
+        response = page.goto(f"{sidecar.url}/ui/overview")
+        assert response is not None and response.status == 401
+        page.locator("#key").fill("not-the-key")
+        page.locator("#login button[type=submit]").click()
+        expect(page.locator("#problem")).to_have_text("That key was not accepted.")
+        assert context.cookies() == []
+        page.locator("#key").fill("s3cret")
+        page.locator("#login button[type=submit]").click()
+        page.wait_for_url("**/ui/overview")
+        expect(page.locator("h1")).to_have_text("Overview")
+        expect(page.locator("#live-status")).to_have_text("live")  # the event stream got in
+        (cookie,) = context.cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert "s3cret" not in page.evaluate("document.cookie")
+        # Logging out forgets the key.
+        page.locator("form.logout button").click()
+        expect(page.locator("#login")).to_be_visible()
+        assert context.cookies() == []
+        context.close()
+    assert dialogs == [] and errors == []
+
+
+def _events(stream: Iterator[str], until: str, limit: int = 200) -> list[dict[str, str]]:
+    """Parse server-sent events from `stream` up to (and with) the first of kind `until`."""
+    events: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for _, line in zip(range(limit * 5), stream, strict=False):
+        if not line:
+            if "event" in current:
+                events.append(current)
+                if current["event"] == until:
+                    return events
+            current = {}
+            continue
+        field, _, value = line.partition(": ")
+        if field in ("id", "event", "data"):
+            current[field] = value
+    raise AssertionError(f"no {until!r} event in {events}")
+
+
+def test_the_event_stream_announces_runs_and_resumes_from_the_last_event_id(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    record = load_dataset("who_and_when:algorithm-generated", resolve_datasets_dir(None))
+    with running_sidecar(sqlite_database_url, tmp_path, **FAST) as sidecar:
+        url = f"{sidecar.url}/ui/events"
+        with httpx.stream("GET", url, timeout=30) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            lines = response.iter_lines()
+            assert next(lines) == ": connected"
+            replay([next(iter(record))], to=sidecar.url, progress=False)
+            seen = _events(lines, until="attribution")
+        kinds = [event["event"] for event in seen]
+        assert kinds[0] == "spans" and "run.status" in kinds
+        run_id = json.loads(seen[-1]["data"])["run_id"]
+        assert run_id in json.loads(seen[0]["data"])["runs"]
+        assert json.loads(seen[-1]["data"])["method"] == "first_error"
+
+        # Reconnecting after the first event replays the rest, in order.
+        headers = {"last-event-id": seen[0]["id"]}
+        with httpx.stream("GET", url, headers=headers, timeout=30) as response:
+            replayed = _events(response.iter_lines(), until="attribution")
+        assert [event["id"] for event in replayed] == [event["id"] for event in seen[1:]]
+
+        # An id from another process (or long gone) asks the page to reload everything.
+        headers = {"last-event-id": "0000:1"}
+        with httpx.stream("GET", url, headers=headers, timeout=30) as response:
+            assert _events(response.iter_lines(), until="reset")[0]["event"] == "reset"
