@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import time
@@ -17,6 +18,7 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 
 from faultfinder import __version__
+from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.base import available_attributors
 from faultfinder.attributors.model import Attribution
 from faultfinder.server import lifecycle
@@ -31,10 +33,11 @@ from faultfinder.server.api.ui import (
     dashboard_templates,
 )
 from faultfinder.server.attribution import AttributionService, AttributionWorker
+from faultfinder.server.audit import AlarmStore, OnlineAuditor
 from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
-from faultfinder.server.events import ATTRIBUTION, RUN_STATUS, EventBus, announcing
+from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, RUN_STATUS, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.jobs import JobQueue
@@ -164,12 +167,21 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 },
             )
 
+        alarms = AlarmStore(engine)
+
+        async def raise_alarm(alarm: Alarm) -> None:
+            payload = dataclasses.asdict(alarm)
+            webhooks.publish("alarm.raised", payload)
+            metrics.alarms.labels(alarm.agent).inc()
+            events.publish(RUN_CHANGED, {"run_id": alarm.run_id})
+
         app.state.update(
+            alarms=alarms,
             store=store,
             jobs=jobs,
             writer=writer,
             attribution=attribution,
-            runs=RunService(store, jobs, LabelStore(engine)),
+            runs=RunService(store, jobs, LabelStore(engine), alarms),
         )
         try:
             async with AsyncExitStack() as daemons:
@@ -186,6 +198,12 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
                 await daemons.enter_async_context(LifecycleSweeper(store, jobs, settings, events))
+                if settings.audit:
+                    await daemons.enter_async_context(
+                        OnlineAuditor(
+                            store, alarms, interval=settings.audit_interval, on_alarm=raise_alarm
+                        )
+                    )
                 if settings.workers:
                     await daemons.enter_async_context(
                         AttributionWorker(

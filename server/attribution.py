@@ -91,6 +91,11 @@ class AttributionService:
             return Attribution.failed(
                 name, f"{type(exc).__name__}: {exc}", latency_s=time.perf_counter() - started
             )
+        if attribution.latency_s == 0.0:
+            # Methods that do not time themselves get the time measured here.
+            attribution = attribution.model_copy(
+                update={"latency_s": time.perf_counter() - started}
+            )
         problem = validate_against(attribution, visible)
         if problem is not None:
             return Attribution.failed(

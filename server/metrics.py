@@ -167,6 +167,13 @@ class ServerMetrics:
             registry=self.registry,
         )
 
+        self.alarms = Counter(
+            "faultfinder_early_alarms",
+            "Early alarms the online auditor raised on running runs, by suspected agent.",
+            ["agent"],
+            registry=self.registry,
+        )
+
     def attach(self, writer: SpanWriter, *, queue_capacity: int) -> None:
         """Read ingest figures from `writer` (called once the writer exists)."""
         self.live.writer = writer

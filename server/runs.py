@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter, defaultdict
 
 from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
 from faultfinder.server.api.schemas import (
+    AlarmOut,
     AttributorAccuracy,
     BlameBucket,
     JobOut,
@@ -17,6 +19,7 @@ from faultfinder.server.api.schemas import (
     Stats,
 )
 from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.server.audit import AlarmStore
 from faultfinder.server.db.models import RunStatus
 from faultfinder.server.jobs import Job, JobQueue
 from faultfinder.server.store import Label, LabelStore, RunRow, SpanStore, UnknownRunError
@@ -72,10 +75,17 @@ def label_out(label: Label) -> LabelOut:
 class RunService:
     """What the API and the dashboard do with runs."""
 
-    def __init__(self, store: SpanStore, jobs: JobQueue, labels: LabelStore) -> None:
+    def __init__(
+        self,
+        store: SpanStore,
+        jobs: JobQueue,
+        labels: LabelStore,
+        alarms: AlarmStore | None = None,
+    ) -> None:
         self._store = store
         self._jobs = jobs
         self._labels = labels
+        self._alarms = alarms
 
     async def _row(self, run_id: str) -> RunRow:
         row = await self._store.get_run(run_id)
@@ -129,13 +139,20 @@ class RunService:
         row = await self._row(run_id)
         trajectory = await run_trajectory(self._store, row)
         summary = await self._summary(row, await self._store.list_attributions(row.id))
+        alarm = (await self._alarms.for_runs([run_id])).get(run_id) if self._alarms else None
         return RunDetail(
+            alarm=AlarmOut(**dataclasses.asdict(alarm)) if alarm is not None else None,
             **summary.model_dump(exclude={"agents", "n_steps", "attributions"}),
             attributions=summary.attributions,
             agents=list(trajectory.agents),
             n_steps=len(trajectory),
             trajectory=trajectory,
         )
+
+    async def recent_alarms(self, limit: int = 100) -> list[AlarmOut]:
+        if self._alarms is None:
+            return []
+        return [AlarmOut(**dataclasses.asdict(a)) for a in await self._alarms.recent(limit)]
 
     async def post_outcome(
         self,

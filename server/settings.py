@@ -111,6 +111,13 @@ class Settings(BaseSettings):
     attribution_timeout: float = Field(
         default=600.0, gt=0, description="Seconds one attribution may take before it fails."
     )
+    audit: bool = Field(
+        default=True,
+        description="Score the steps of running runs and raise early alarms (online auditor).",
+    )
+    audit_interval: float = Field(
+        default=1.0, gt=0, description="Seconds between the online auditor's passes."
+    )
     api_keys: CommaList = Field(
         default=[],
         repr=False,

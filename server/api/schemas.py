@@ -28,8 +28,22 @@ class RunPage(BaseModel):
     next_cursor: str | None = None
 
 
+class AlarmOut(BaseModel):
+    """An early alarm: the step the online auditor suspected while the run was running."""
+
+    run_id: str
+    step: int
+    agent: str
+    score: float
+    threshold: float
+    steps_seen: int
+    """Steps that had arrived when the alarm was raised."""
+    created_at: float
+
+
 class RunDetail(RunSummary):
     trajectory: Trajectory
+    alarm: AlarmOut | None = None
 
 
 class IngestStats(BaseModel):

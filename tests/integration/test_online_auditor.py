@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import httpx
+
 from faultfinder.attributors.auditor import Alarm
 from faultfinder.benchmarks.datasets import load_dataset
 from faultfinder.server.audit import AlarmStore, OnlineAuditor
 from faultfinder.server.store import SpanStore
-from tests.otlp_helpers import span_records, trajectory_spans
+from tests.integration.sidecar import running_sidecar
+from tests.otlp_helpers import protobuf_body, span_records, trajectory_spans
 
 
 async def test_alarms_are_raised_from_the_prefix_of_runs_still_running(store: SpanStore) -> None:
@@ -42,3 +48,33 @@ async def test_alarms_are_raised_from_the_prefix_of_runs_still_running(store: Sp
     assert {run_id: (a.step, a.agent) for run_id, a in stored.items()} == {
         alarm.run_id: (alarm.step, alarm.agent) for alarm in announced
     }
+
+
+def test_the_sidecar_exposes_early_alarms_in_the_api_and_metrics(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    record = next(r for r in load_dataset("who_and_when:hand-crafted") if len(r.trajectory) > 60)
+    spans = trajectory_spans(record.trajectory)
+    steps = [span for span in spans if span.parent is not None]  # the root has not ended yet
+    env = {"FAULTFINDER_AUDIT_INTERVAL": "0.2", "FAULTFINDER_QUIET_PERIOD": "600"}
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as client,
+    ):
+        for start in range(0, len(steps), 10):
+            body = protobuf_body(steps[start : start + 10])
+            headers = {"content-type": "application/x-protobuf"}
+            assert client.post("/v1/traces", content=body, headers=headers).status_code == 200
+        run_id = f"{spans[0].context.trace_id:032x}"
+        deadline = time.monotonic() + 60
+        while not (alarms := client.get("/api/alarms").json()):
+            assert time.monotonic() < deadline, "no early alarm"
+            time.sleep(0.3)
+        (alarm,) = alarms
+        run = client.get(f"/api/runs/{run_id}").json()
+        assert run["status"] == "running"  # raised before the run ended
+        assert run["alarm"] == alarm and alarm["run_id"] == run_id
+        assert 0 <= alarm["step"] < len(steps)
+        assert alarm["agent"] == record.trajectory.steps[alarm["step"]].agent
+        metrics = client.get("/metrics").text
+        assert f'faultfinder_early_alarms_total{{agent="{alarm["agent"]}"}} 1.0' in metrics
