@@ -144,7 +144,12 @@ def worker(database_url: str | None, concurrency: int | None, log_level: str) ->
     show_default=True,
     help="Who&When failures to replay.",
 )
-@click.option("--attributors", help="Comma-separated attributors (FAULTFINDER_ATTRIBUTORS).")
+@click.option(
+    "--attributors",
+    default="first_error,learned",
+    show_default=True,
+    help="Comma-separated attributors run on each failed run.",
+)
 @click.option(
     "--datasets-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -115,7 +115,16 @@ async def run_demo(
                 detail = (await client.get(f"/api/runs/{run['id']}")).json()
                 run["record"] = detail["trajectory"]["metadata"].get("record")
         _print_report(runs, records)
-        click.echo(f"\nruns: {url}/api/runs   OpenAPI: {url}/schema", err=True)
+        if "learned" in settings.attributors:
+            click.echo(
+                "\nnote: the shipped `learned` model was trained on all of Who&When, so its "
+                "answers on these records are not a measure of accuracy; held-out figures are "
+                "in benchmarks/reports/learned.md.",
+                err=True,
+            )
+        click.echo(
+            f"\ndashboard: {url}/ui   runs: {url}/api/runs   OpenAPI: {url}/schema", err=True
+        )
         if serve:
             click.echo("serving until Ctrl-C …", err=True)
             await serving
