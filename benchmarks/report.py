@@ -1,12 +1,24 @@
-"""The Markdown report of a benchmark run: our numbers beside the published Who&When rows."""
+"""The Markdown report of a benchmark run, and of several runs on the same records, with our
+numbers beside the published Who&When rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLISHED_ROWS", "PublishedRow", "render_report"]
+__all__ = [
+    "PUBLISHED_ROWS",
+    "MethodRow",
+    "PublishedRow",
+    "describe_rungs",
+    "method_row",
+    "render_comparison",
+    "render_report",
+]
 
 ALGORITHM_GENERATED = "algorithm-generated"
 HAND_CRAFTED = "hand-crafted"
@@ -135,8 +147,10 @@ def render_report(summary: Mapping[str, Any]) -> str:
         f"- ground truth in the input: {_gt(bool(settings['use_ground_truth']))}",
         f"- repeats: {settings['repeats']} (seeds {', '.join(map(str, settings['seeds']))})",
         f"- records: {summary['subsets']['overall']['n']}"
-        + (f" (limit {settings['limit']})" if settings.get("limit") else ""),
-        f"- wall time: {summary['wall_time_s']:.1f} s, concurrency {settings['concurrency']}",
+        + (f" ({settings['selection']})" if settings.get("selection") else "")
+        + (f"; model {settings['model']}" if settings.get("model") else ""),
+        f"- wall time: {summary['wall_time_s']:.1f} s, concurrency {settings['concurrency']}"
+        + (f", {summary['sessions']} sessions" if summary.get("sessions", 1) > 1 else ""),
         "",
         "Our agent/step columns are exact: agent name matched after normalisation, 0-based"
         " step matched exactly (±k: within k steps). Our official columns reproduce the"
@@ -163,6 +177,188 @@ def render_report(summary: Mapping[str, Any]) -> str:
         + f"\n| mean prompt tokens/record | {cost['mean_prompt_tokens']:.0f} |"
         + f"\n| mean completion tokens/record | {cost['mean_completion_tokens']:.0f} |"
         + f"\n| mean latency/record | {cost['mean_latency_s']:.3f} s |"
+        + "".join(
+            f"\n| {label} | {cost[key]:,} |"
+            for key, label in (
+                ("total_llm_calls", "total LLM calls"),
+                ("total_prompt_tokens", "total prompt tokens"),
+                ("total_completion_tokens", "total completion tokens"),
+            )
+            if key in cost
+        )
     )
     lines.append("")
+    rungs = summary.get("structured_output") or {}
+    if rungs.get("replies_by_rung"):
+        lines.append(f"Structured output: {describe_rungs(rungs)}.")
+        lines.append("")
+    failures = summary.get("failure_reasons") or {}
+    if failures:
+        lines.append(
+            "Failed attributions by reason: "
+            + "; ".join(f"{reason} ({count})" for reason, count in failures.items())
+            + "."
+        )
+        lines.append("")
     return "\n".join(lines)
+
+
+def describe_rungs(rungs: Mapping[str, Any]) -> str:
+    """One sentence on which structured-output rungs answered (from a summary's
+    `structured_output`)."""
+    replies = ", ".join(f"{rung} {count}" for rung, count in rungs["replies_by_rung"].items())
+    text = f"replies by rung: {replies or 'none'}"
+    for key, label in (
+        ("records_with_rung_fallback", "records that fell back to a weaker rung"),
+        ("records_with_invalid_reply", "records with an unusable reply asked again"),
+        ("records_with_retried_error", "records with a retried call (timeout, HTTP error)"),
+    ):
+        if rungs.get(key):
+            text += f"; {label}: {rungs[key]}"
+    return text
+
+
+# --- several runs on the same records -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One run directory's results restricted to a set of records."""
+
+    method: str
+    model: str | None
+    run_dir: str
+    wanted: int
+    summary: Mapping[str, Any]
+
+    @property
+    def completed(self) -> int:
+        return int(self.summary["records_completed"])
+
+
+def method_row(run_dir: Path, record_ids: Sequence[str] | None = None) -> MethodRow:
+    """Summarise `run_dir`'s results.jsonl over `record_ids` (all its lines when None)."""
+    # Imported here: run.py imports this module for render_report.
+    from faultfinder.benchmarks.run import (
+        RESULTS_FILE,
+        RUN_FILE,
+        BenchmarkSettings,
+        read_results,
+        summarise_results,
+    )
+
+    identity = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))["identity"]
+    lines = read_results(run_dir / RESULTS_FILE)
+    if record_ids is not None:
+        wanted = set(record_ids)
+        lines = [line for line in lines if line["record_id"] in wanted]
+    settings = BenchmarkSettings(
+        dataset=identity["dataset"],
+        attributor=identity["attributor"],
+        use_ground_truth=bool(identity["use_ground_truth"]),
+        model=identity.get("model"),
+    )
+    summary = summarise_results(
+        lines,
+        settings,
+        # Per-record seconds add up to the wall time at concurrency 1 (no server start).
+        wall_time_s=sum(float(line.get("latency_s", 0.0)) for line in lines),
+        started_at=datetime.now(UTC),
+        out_dir=run_dir,
+    )
+    return MethodRow(
+        method=identity["attributor"],
+        model=identity.get("model"),
+        run_dir=str(run_dir),
+        wanted=len(record_ids) if record_ids is not None else len(lines),
+        summary=summary,
+    )
+
+
+def render_comparison(rows: Sequence[MethodRow], subset: str = ALGORITHM_GENERATED) -> str:
+    """Markdown tables: accuracy and cost of each row on its records, then published rows."""
+    accuracy = [
+        "| method | model | records done | agent % | step % | step ±1 % | step ±3 % |"
+        " official agent % | official step % | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    cost = [
+        "| method | LLM calls (total / per record) | prompt tokens (total / per record) |"
+        " completion tokens (total / per record) | s/record | wall time (sum of records) |"
+        " structured output |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    expected_row = ""
+    for row in rows:
+        overall = row.summary["subsets"].get("overall")
+        done = f"{row.completed}/{row.wanted}"
+        if overall is not None and not expected_row and row.completed == row.wanted:
+            expected = overall["random_expected"]
+            expected_row = (
+                f"| random, analytical expectation | — | {row.wanted} |"
+                f" {100 * expected['agent']:.1f} | {100 * expected['step']:.1f} |" + " |" * 5
+            )
+        if overall is None:
+            accuracy.append(f"| {row.method} | {row.model or '—'} | {done} |" + " — |" * 7)
+            continue
+        acc = overall["accuracy"]
+        accuracy.append(
+            f"| {row.method} | {row.model or '—'} | {done} |"
+            + "".join(
+                f" {100 * acc[key]['mean']:.1f} |"
+                for key in (
+                    "agent",
+                    "step",
+                    "step_pm1",
+                    "step_pm3",
+                    "official_agent",
+                    "official_step",
+                )
+            )
+            + f" {overall['failed']['mean']:.0f} |"
+        )
+        spent = overall["cost"]
+        rungs = row.summary.get("structured_output") or {}
+        cost.append(
+            f"| {row.method} | {spent['total_llm_calls']} / {spent['mean_llm_calls']:.2f} |"
+            f" {spent['total_prompt_tokens']:,} / {spent['mean_prompt_tokens']:,.0f} |"
+            f" {spent['total_completion_tokens']:,} / {spent['mean_completion_tokens']:,.0f} |"
+            f" {spent['mean_latency_s']:.1f} | {row.summary['wall_time_s'] / 60:.1f} min |"
+            f" {describe_rungs(rungs) if rungs.get('replies_by_rung') else 'no model calls'} |"
+        )
+    if expected_row:
+        accuracy.append(expected_row)
+    published = [
+        "| method (published) | ground truth | agent % | step % | note |",
+        "|---|---|---|---|---|",
+    ]
+    for published_row in PUBLISHED_ROWS:
+        if published_row.subset == subset:
+            published.append(
+                f"| {published_row.method} | {_gt(published_row.with_ground_truth)} |"
+                f" {_pct(published_row.agent)} | {_pct(published_row.step)} |"
+                f" {published_row.note} |"
+            )
+    return "\n".join([*accuracy, "", *cost, "", *published, ""])
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m faultfinder.benchmarks.report",
+        description="Print comparison tables of several bench run directories on the same records.",
+    )
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--records", type=Path, help="Record ids to restrict to, one per line.")
+    args = parser.parse_args(argv)
+    ids = None
+    if args.records is not None:
+        from faultfinder.benchmarks.subsets import read_record_ids
+
+        ids = read_record_ids(args.records)
+    print(render_comparison([method_row(path, ids) for path in args.run_dirs]))
+
+
+if __name__ == "__main__":
+    _main()

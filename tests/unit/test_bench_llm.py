@@ -1,0 +1,247 @@
+"""`faultfinder bench run` with LLM methods: model options reach the endpoint, token costs
+reach the summary, the documented fixed subset, and resume refusing foreign results."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from faultfinder.benchmarks.datasets import (
+    BenchmarkRecord,
+    DatasetError,
+    load_dataset,
+    resolve_datasets_dir,
+)
+from faultfinder.benchmarks.run import RESULTS_FILE, read_results
+from faultfinder.benchmarks.subsets import (
+    FIXED_SUBSET_SEED,
+    SubsetError,
+    fixed_subset_ids,
+    parse_fraction,
+    pick_fraction,
+)
+from faultfinder.server.cli import main
+from tests.stub_llm import ScriptedReply, StubLLM, answer
+
+AG = "who_and_when:algorithm-generated"
+
+
+@pytest.fixture(scope="module")
+def datasets_dir() -> Path:
+    root: Path = resolve_datasets_dir()
+    if not (root / "who_and_when").is_dir():
+        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
+    return root
+
+
+@pytest.fixture(scope="module")
+def ag_records(datasets_dir: Path) -> list[BenchmarkRecord]:
+    try:
+        return list(load_dataset(AG, datasets_dir))
+    except DatasetError as exc:  # pragma: no cover - a broken checkout of the data
+        pytest.fail(str(exc))
+
+
+def replies_for(records: list[BenchmarkRecord], usage: tuple[int, int]) -> list[ScriptedReply]:
+    """One all_at_once answer per record (its gold agent, step 0), in dataset order."""
+    return [
+        answer({"agent": r.gold.agent, "step": 0, "reason": "scripted"}, usage=usage)
+        for r in records
+    ]
+
+
+def bench(datasets_dir: Path, out: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(
+        main,
+        ["bench", "run", "--dataset", AG, "--datasets-dir", str(datasets_dir),
+         "--out", str(out), "--json", *args],
+        env=env,
+    )  # fmt: skip
+
+
+def summary_of(result: Result) -> dict[str, Any]:
+    assert result.exit_code == 0, result.output + (result.stderr or "")
+    summary: dict[str, Any] = json.loads(result.stdout)
+    return summary
+
+
+# --- model options ---------------------------------------------------------------------
+
+
+def test_model_options_reach_the_endpoint_and_tokens_reach_the_summary(
+    datasets_dir: Path, ag_records: list[BenchmarkRecord], tmp_path: Path
+) -> None:
+    stub = StubLLM(replies_for(ag_records[:2], usage=(300, 40)))
+    with stub.running():
+        summary = summary_of(
+            bench(
+                datasets_dir, tmp_path, "--attributor", "all_at_once", "--limit", "2",
+                "--concurrency", "1", "--base-url", stub.base_url, "--model", "judge-model",
+                "--max-tokens", "77", "--timeout", "5",
+            )
+        )  # fmt: skip
+    requests = stub.completions
+    assert len(requests) == 2
+    assert {r["model"] for r in requests} == {"judge-model"}
+    assert {r["max_tokens"] for r in requests} == {77}
+    overall = summary["subsets"]["overall"]
+    assert overall["accuracy"]["agent"]["mean"] == 1.0  # the script named the gold agents
+    assert overall["cost"]["total_llm_calls"] == 2
+    assert overall["cost"]["total_prompt_tokens"] == 600
+    assert overall["cost"]["total_completion_tokens"] == 80
+    assert summary["settings"]["model"] == "judge-model"
+    assert sum(summary["structured_output"]["replies_by_rung"].values()) == 2
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "total prompt tokens | 600" in report
+    assert "Structured output: replies by rung" in report
+
+
+def test_environment_names_the_endpoint_and_arguments_win(
+    datasets_dir: Path, ag_records: list[BenchmarkRecord], tmp_path: Path
+) -> None:
+    stub = StubLLM(replies_for([ag_records[0], ag_records[0]], usage=(10, 5)))
+    with stub.running():
+        env = {
+            "OPENAI_BASE_URL": stub.base_url,
+            "OPENAI_API_KEY": "sk-from-env",
+            "FAULTFINDER_LLM_MODEL": "env-model",
+            "FAULTFINDER_LLM_MAX_TOKENS": "99",
+        }
+        first = bench(datasets_dir, tmp_path / "a", "--attributor", "all_at_once",
+                      "--limit", "1", env=env)  # fmt: skip
+        second = bench(datasets_dir, tmp_path / "b", "--attributor", "all_at_once",
+                       "--limit", "1", "--max-tokens", "55", env=env)  # fmt: skip
+    summary_of(first)
+    summary_of(second)
+    assert [(r["model"], r["max_tokens"]) for r in stub.completions] == [
+        ("env-model", 99),
+        ("env-model", 55),
+    ]
+    # The key is used but never written to the run's files.
+    for out in (tmp_path / "a", tmp_path / "b"):
+        for name in ("run.json", "summary.json", RESULTS_FILE):
+            assert "sk-from-env" not in (out / name).read_text(encoding="utf-8")
+
+
+def test_model_options_with_a_heuristic_are_a_usage_error(
+    datasets_dir: Path, tmp_path: Path
+) -> None:
+    result = bench(datasets_dir, tmp_path, "--attributor", "first_error", "--model", "m")
+    assert result.exit_code == 2
+    assert "LLM methods" in result.output
+    assert not (tmp_path / RESULTS_FILE).exists()
+
+
+def test_local_model_help_advises_concurrency_one() -> None:
+    result = CliRunner().invoke(main, ["bench", "run", "--help"])
+    assert result.exit_code == 0
+    assert "--local-model [qwen1.5b|smollm2]" in result.output
+    assert "use 1 with it" in " ".join(result.output.split())
+
+
+# --- resume refusing foreign results -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("second_run", "named"),
+    [
+        (("--attributor", "random"), "attributor"),
+        (("--attributor", "first_error", "--without-ground-truth"), "use_ground_truth"),
+    ],
+)
+def test_resuming_with_other_settings_is_a_clean_error_naming_the_setting(
+    datasets_dir: Path, tmp_path: Path, second_run: tuple[str, ...], named: str
+) -> None:
+    summary_of(bench(datasets_dir, tmp_path, "--attributor", "first_error", "--limit", "3"))
+    before = (tmp_path / RESULTS_FILE).read_bytes()
+    result = bench(datasets_dir, tmp_path, "--limit", "5", *second_run)
+    assert result.exit_code == 1
+    assert f"{named} =" in result.output
+    assert "Traceback" not in result.output
+    assert (tmp_path / RESULTS_FILE).read_bytes() == before
+
+
+def test_no_resume_starts_the_directory_over(datasets_dir: Path, tmp_path: Path) -> None:
+    summary_of(bench(datasets_dir, tmp_path, "--attributor", "first_error", "--limit", "3"))
+    summary = summary_of(
+        bench(datasets_dir, tmp_path, "--attributor", "random", "--limit", "2", "--no-resume")
+    )
+    assert summary["records_completed"] == 2
+    assert {line["attribution"]["method"] for line in read_results(tmp_path / RESULTS_FILE)} == {
+        "random"
+    }
+
+
+def test_a_torn_last_line_is_dropped_and_the_record_done_again(
+    datasets_dir: Path, tmp_path: Path
+) -> None:
+    summary_of(bench(datasets_dir, tmp_path, "--attributor", "first_error", "--limit", "4"))
+    results = tmp_path / RESULTS_FILE
+    text = results.read_text(encoding="utf-8")
+    # A kill in the middle of writing the fourth line.
+    results.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 40], encoding="utf-8")
+    summary = summary_of(bench(datasets_dir, tmp_path, "--attributor", "first_error",
+                               "--limit", "4"))  # fmt: skip
+    lines = read_results(results)
+    assert summary["attributed_this_session"] == 1
+    assert len(lines) == 4
+    assert len({line["record_id"] for line in lines}) == 4
+
+
+# --- the documented subset --------------------------------------------------------------------
+
+
+def test_the_fixed_third_of_algorithm_generated_is_42_documented_records(
+    ag_records: list[BenchmarkRecord],
+) -> None:
+    ids = fixed_subset_ids(ag_records)
+    assert len(ag_records) == 126
+    assert len(ids) == 42
+    # The recipe as documented: sorted ids, shuffled with the seed, the first 42.
+    documented = sorted(r.record_id for r in ag_records)
+    random.Random(20251129).shuffle(documented)
+    assert set(ids) == set(documented[:42])
+    assert fixed_subset_ids(list(reversed(ag_records))) == ids  # input order does not matter
+    assert set(pick_fraction(ids * 3, parse_fraction("1/3"), FIXED_SUBSET_SEED + 1)) != set(
+        pick_fraction(ids, parse_fraction("1/3"))
+    )
+
+
+def test_fraction_and_records_file_select_what_the_run_attributes(
+    datasets_dir: Path, ag_records: list[BenchmarkRecord], tmp_path: Path
+) -> None:
+    summary = summary_of(
+        bench(datasets_dir, tmp_path / "third", "--attributor", "first_error", "--fraction", "1/3")
+    )
+    attributed = {line["record_id"] for line in read_results(tmp_path / "third" / RESULTS_FILE)}
+    assert summary["records_completed"] == 42
+    assert attributed == set(fixed_subset_ids(ag_records))
+
+    listing = tmp_path / "ids.txt"
+    listing.write_text(
+        "# two records\nalgorithm-generated/7\n\nalgorithm-generated/9  # second\n",
+        encoding="utf-8",
+    )
+    summary_of(bench(datasets_dir, tmp_path / "listed", "--attributor", "first_error",
+                     "--records", str(listing)))  # fmt: skip
+    listed = [line["record_id"] for line in read_results(tmp_path / "listed" / RESULTS_FILE)]
+    assert sorted(listed) == ["algorithm-generated/7", "algorithm-generated/9"]
+
+
+def test_unknown_record_ids_and_bad_fractions_are_clean_errors(
+    datasets_dir: Path, tmp_path: Path
+) -> None:
+    listing = tmp_path / "ids.txt"
+    listing.write_text("algorithm-generated/1\nalgorithm-generated/999\n", encoding="utf-8")
+    result = bench(datasets_dir, tmp_path / "o", "--attributor", "first_error",
+                   "--records", str(listing))  # fmt: skip
+    assert result.exit_code == 1
+    assert "algorithm-generated/999" in result.output
+    for text in ("0", "4/3", "a third"):
+        with pytest.raises(SubsetError, match="fraction"):
+            parse_fraction(text)
