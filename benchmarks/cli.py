@@ -11,6 +11,7 @@ def bench() -> None:
 
 
 def _register() -> None:
+    from faultfinder.benchmarks.chaos import chaos_command
     from faultfinder.benchmarks.ingest import ingest_command
     from faultfinder.benchmarks.replay import replay_command
     from faultfinder.benchmarks.run import run_command
@@ -18,6 +19,7 @@ def _register() -> None:
     bench.add_command(run_command)
     bench.add_command(replay_command)
     bench.add_command(ingest_command)
+    bench.add_command(chaos_command)
 
 
 _register()

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
+from litestar.params import Parameter
 
-from faultfinder.server.api.runs import known_attributor
-from faultfinder.server.api.schemas import AttributeIn, JobOut, Stats
+from faultfinder.server.api.runs import UNIX_SECONDS_MAX, known_attributor
+from faultfinder.server.api.schemas import AlarmOut, AttributeIn, JobOut, Stats
 from faultfinder.server.attribution import AttributionService
 from faultfinder.server.jobs import JobQueue
 from faultfinder.server.runs import RunService, job_out
@@ -58,7 +60,9 @@ class AttributeController(Controller):
     @get("/api/jobs/{job_id:int}", operation_id="getJob", summary="An attribution job")
     async def job(self, request: Request[None, None, State], job_id: int) -> JobOut:
         jobs: JobQueue = request.app.state.jobs
-        job = await jobs.get(job_id)
+        # Job ids are positive 32-bit integers in the database; any other number names no
+        # job (and must not reach the query, where PostgreSQL would refuse it).
+        job = await jobs.get(job_id) if 0 < job_id < 2**31 else None
         if job is None:
             raise NotFoundException(f"no job {job_id}")
         attribution = None
@@ -66,9 +70,23 @@ class AttributeController(Controller):
             attribution = await request.app.state.store.get_attribution(job.attribution_id)
         return job_out(job, attribution)
 
+    @get("/api/alarms", operation_id="listAlarms", summary="Recent early alarms, newest first")
+    async def alarms(
+        self,
+        request: Request[None, None, State],
+        limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
+    ) -> list[AlarmOut]:
+        service: RunService = request.app.state.runs
+        return await service.recent_alarms(limit)
+
     @get("/api/stats", operation_id="stats", summary="Blame by agent over time; live accuracy")
     async def stats(
-        self, request: Request[None, None, State], window: float = 7 * 86400, bucket: int = 3600
+        self,
+        request: Request[None, None, State],
+        window: Annotated[
+            float, Parameter(gt=0, le=UNIX_SECONDS_MAX, description="Seconds back from now")
+        ] = 7 * 86400,
+        bucket: int = 3600,
     ) -> Stats:
         service: RunService = request.app.state.runs
         return await service.stats(window_s=window, bucket_s=max(60, bucket))

@@ -72,6 +72,13 @@ class OtlpTraceController(Controller):
             )
         as_json = content_type == JSON
         body = await request.body()
+        if writer.queued_spans >= settings.ingest_queue_spans:
+            # Refuse before decoding: under a retry storm, decoding bodies only to refuse
+            # them would take the CPU the writer and the query API need.
+            writer.counters.reject_request("saturated")
+            message = f"ingest queue full ({writer.queued_spans} spans waiting)"
+            retry = str(settings.retry_after)
+            return _error(503, 14, message, as_json=as_json, **{"Retry-After": retry})
         try:
             raw = decompress(
                 body,

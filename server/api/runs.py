@@ -24,6 +24,14 @@ from faultfinder.server.runs import RunService
 from faultfinder.server.store import InvalidCursorError, UnknownRunError
 
 RUN_STATUSES = ("running", "complete", "failed", "attributed")
+UNIX_SECONDS_MAX = 9_223_372_036.0
+"""Latest time the store can compare against (its columns hold int64 nanoseconds)."""
+
+
+def as_stored(text: str) -> str:
+    """Text as the store keeps it: PostgreSQL text cannot hold NUL, so the store writes
+    U+FFFD instead; a run id or filter sent with NUL must match that (not crash the query)."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _service(request: Request[None, None, State]) -> RunService:
@@ -55,10 +63,20 @@ class RunController(Controller):
             str | None, Parameter(description="Only runs blamed on this agent")
         ] = None,
         since: Annotated[
-            float | None, Parameter(description="Runs started at/after (Unix seconds)")
+            float | None,
+            Parameter(
+                description="Runs started at/after (Unix seconds)",
+                ge=-UNIX_SECONDS_MAX,
+                le=UNIX_SECONDS_MAX,
+            ),
         ] = None,
         until: Annotated[
-            float | None, Parameter(description="Runs started before (Unix seconds)")
+            float | None,
+            Parameter(
+                description="Runs started before (Unix seconds)",
+                ge=-UNIX_SECONDS_MAX,
+                le=UNIX_SECONDS_MAX,
+            ),
         ] = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
         cursor: str | None = None,
@@ -68,8 +86,8 @@ class RunController(Controller):
         try:
             return await _service(request).list_runs(
                 status=status,
-                project=project,
-                agent=agent,
+                project=as_stored(project) if project is not None else None,
+                agent=as_stored(agent) if agent is not None else None,
                 since=since,
                 until=until,
                 limit=limit,
@@ -85,7 +103,7 @@ class RunController(Controller):
     )
     async def get_run(self, request: Request[None, None, State], run_id: str) -> RunDetail:
         try:
-            return await _service(request).get_run(run_id)
+            return await _service(request).get_run(as_stored(run_id))
         except UnknownRunError as exc:
             raise NotFoundException(str(exc)) from None
 
@@ -100,7 +118,7 @@ class RunController(Controller):
     ) -> RunSummary:
         try:
             return await _service(request).post_outcome(
-                run_id,
+                as_stored(run_id),
                 data.outcome,
                 reason=data.reason,
                 ground_truth=data.ground_truth,
@@ -120,14 +138,14 @@ class RunController(Controller):
     ) -> JobOut:
         known_attributor(data.attributor)
         try:
-            return await _service(request).reattribute(run_id, data.attributor)
+            return await _service(request).reattribute(as_stored(run_id), data.attributor)
         except UnknownRunError as exc:
             raise NotFoundException(str(exc)) from None
 
     @get("/{run_id:str}/jobs", operation_id="listRunJobs", summary="The run's attribution jobs")
     async def jobs(self, request: Request[None, None, State], run_id: str) -> list[JobOut]:
         try:
-            return await _service(request).jobs(run_id)
+            return await _service(request).jobs(as_stored(run_id))
         except UnknownRunError as exc:
             raise NotFoundException(str(exc)) from None
 
@@ -142,7 +160,11 @@ class RunController(Controller):
     ) -> LabelOut:
         try:
             return await _service(request).add_label(
-                run_id, agent=data.agent, step=data.step, reason=data.reason, author=data.author
+                as_stored(run_id),
+                agent=data.agent,
+                step=data.step,
+                reason=as_stored(data.reason) if data.reason is not None else None,
+                author=as_stored(data.author) if data.author is not None else None,
             )
         except UnknownRunError as exc:
             raise NotFoundException(str(exc)) from None
@@ -152,6 +174,6 @@ class RunController(Controller):
     @get("/{run_id:str}/labels", operation_id="listRunLabels", summary="The run's human labels")
     async def labels(self, request: Request[None, None, State], run_id: str) -> list[LabelOut]:
         try:
-            return await _service(request).labels(run_id)
+            return await _service(request).labels(as_stored(run_id))
         except UnknownRunError as exc:
             raise NotFoundException(str(exc)) from None

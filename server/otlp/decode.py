@@ -2,6 +2,8 @@
 
 Every undecodable body raises `DecodeError` (never another exception type); spans that
 are individually invalid are dropped and counted for an OTLP partial-success reply.
+Attribute values that are too large or nested too deeply are cut down with a visible
+marker rather than refusing the request (an agent's giant tool output is still a step).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord,
 
 __all__ = [
     "DEFAULT_PROJECT",
+    "MAX_VALUE_BYTES",
+    "MAX_VALUE_DEPTH",
+    "NESTED_TOO_DEEP",
     "BodyTooLargeError",
     "DecodeError",
     "DecodedBatch",
@@ -43,6 +48,16 @@ __all__ = [
 DEFAULT_PROJECT = "default"
 """Project of spans whose request names none (no header, no resource attribute)."""
 
+MAX_VALUE_BYTES = 1 << 20
+"""Longest string or bytes attribute value kept whole (UTF-8 bytes); longer ones are cut
+to this size and end with `…[truncated N bytes]`."""
+MAX_VALUE_DEPTH = 32
+"""Array/kvlist levels kept inside one attribute value; a deeper level becomes
+`NESTED_TOO_DEEP`."""
+NESTED_TOO_DEEP = "[nested too deep]"
+"""What replaces an array or kvlist nested more than `MAX_VALUE_DEPTH` levels deep."""
+
+_MAX_TIME_NS = 2**63 - 1
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
 _MAX_REASONS = 3
@@ -72,6 +87,37 @@ class DecodedBatch:
     error_message: str = ""
     reasons: dict[str, int] = field(default_factory=dict)
     """Rejected spans by reason, e.g. `{"trace_id is 5 bytes, expected 16": 1}`."""
+    truncated_values: int = 0
+    """Attribute values cut to `max_value_bytes` or replaced for nesting too deeply."""
+
+
+@dataclass(slots=True)
+class _ValueLimits:
+    """The caps applied to attribute values of one request, and how often they bit."""
+
+    max_bytes: int
+    max_depth: int
+    truncated: int = 0
+
+    def text(self, value: str) -> str:
+        # Cheap exit: a string of n characters is at most 4n bytes in UTF-8.
+        if len(value) * 4 <= self.max_bytes:
+            return value
+        encoded = value.encode("utf-8", "surrogatepass")
+        if len(encoded) <= self.max_bytes:
+            return value
+        # Cutting inside a multi-byte character leaves a partial one; "ignore" drops it.
+        kept = encoded[: self.max_bytes].decode("utf-8", "ignore")
+        self.truncated += 1
+        dropped = len(encoded) - len(kept.encode("utf-8"))
+        return f"{kept}…[truncated {dropped} bytes]"
+
+    def raw(self, value: bytes) -> bytes:
+        if len(value) <= self.max_bytes:
+            return value
+        self.truncated += 1
+        dropped = len(value) - self.max_bytes
+        return value[: self.max_bytes] + f"…[truncated {dropped} bytes]".encode()
 
 
 # --- decompression ----------------------------------------------------------------------
@@ -134,18 +180,35 @@ def _inflate(data: bytes, max_size: int, *, wbits: int, name: str, members: bool
 # --- request decoding -------------------------------------------------------------------
 
 
-def decode_protobuf(body: bytes, *, project_header: str | None = None) -> DecodedBatch:
-    """Decode a binary protobuf `ExportTraceServiceRequest`."""
+def decode_protobuf(
+    body: bytes,
+    *,
+    project_header: str | None = None,
+    max_value_bytes: int = MAX_VALUE_BYTES,
+    max_value_depth: int = MAX_VALUE_DEPTH,
+) -> DecodedBatch:
+    """Decode a binary protobuf `ExportTraceServiceRequest` (value caps as in `decode_request`)."""
     try:
         message = ExportTraceServiceRequest.FromString(body)
     except ProtobufDecodeError as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc}") from None
     except _GARBAGE as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc!r}") from None
-    return decode_request(message, project_header=project_header)
+    return decode_request(
+        message,
+        project_header=project_header,
+        max_value_bytes=max_value_bytes,
+        max_value_depth=max_value_depth,
+    )
 
 
-def decode_json(body: bytes, *, project_header: str | None = None) -> DecodedBatch:
+def decode_json(
+    body: bytes,
+    *,
+    project_header: str | None = None,
+    max_value_bytes: int = MAX_VALUE_BYTES,
+    max_value_depth: int = MAX_VALUE_DEPTH,
+) -> DecodedBatch:
     """Decode an OTLP/JSON `ExportTraceServiceRequest` (hex ids, camelCase, int64 as strings)."""
     try:
         document = json.loads(body)
@@ -166,32 +229,51 @@ def decode_json(body: bytes, *, project_header: str | None = None) -> DecodedBat
         raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
     except _GARBAGE as exc:
         raise DecodeError(f"invalid OTLP/JSON: {exc!r}") from None
-    return decode_request(message, project_header=project_header)
+    return decode_request(
+        message,
+        project_header=project_header,
+        max_value_bytes=max_value_bytes,
+        max_value_depth=max_value_depth,
+    )
 
 
 def decode_request(
-    msg: ExportTraceServiceRequest, *, project_header: str | None = None
+    msg: ExportTraceServiceRequest,
+    *,
+    project_header: str | None = None,
+    max_value_bytes: int = MAX_VALUE_BYTES,
+    max_value_depth: int = MAX_VALUE_DEPTH,
 ) -> DecodedBatch:
-    """Turn a parsed request (from any transport) into `SpanRecord`s plus rejection counts."""
+    """Turn a parsed request (from any transport) into `SpanRecord`s plus rejection counts.
+
+    String and bytes attribute values longer than `max_value_bytes` are cut to that size
+    and marked `…[truncated N bytes]`; arrays and kvlists nested more than
+    `max_value_depth` levels deep become `NESTED_TOO_DEEP` from that level down.
+    """
     header_project = project_header.strip() if project_header else ""
     spans: list[SpanRecord] = []
     reasons: dict[str, int] = {}
+    limits = _ValueLimits(max_value_bytes, max_value_depth)
     try:
         for resource_spans in msg.resource_spans:
-            resource_attributes = _attributes(resource_spans.resource.attributes)
+            resource_attributes = _attributes(resource_spans.resource.attributes, limits)
             project = header_project or _resource_project(resource_attributes)
             for scope_spans in resource_spans.scope_spans:
                 scope_name = scope_spans.scope.name
                 for span in scope_spans.spans:
-                    problem = _invalid_ids(span)
+                    problem = _invalid_span(span)
                     if problem is not None:
                         reasons[problem] = reasons.get(problem, 0) + 1
                         continue
-                    spans.append(_span_record(span, resource_attributes, scope_name, project))
+                    spans.append(
+                        _span_record(span, resource_attributes, scope_name, project, limits)
+                    )
     except _GARBAGE as exc:
         raise DecodeError(f"invalid ExportTraceServiceRequest: {exc!r}") from None
     rejected = sum(reasons.values())
-    return DecodedBatch(spans, rejected, _rejection_message(rejected, reasons), reasons)
+    return DecodedBatch(
+        spans, rejected, _rejection_message(rejected, reasons), reasons, limits.truncated
+    )
 
 
 def _resource_project(resource_attributes: dict[str, AttributeValue]) -> str:
@@ -199,6 +281,15 @@ def _resource_project(resource_attributes: dict[str, AttributeValue]) -> str:
     if isinstance(value, str) and value.strip():
         return value.strip()
     return DEFAULT_PROJECT
+
+
+def _invalid_span(span: Span) -> str | None:
+    # Times are fixed64 on the wire but int64 in every database; a later one (past the
+    # year 2262) is garbage, and storing it would fail the whole batch it came in.
+    for name in ("start_time_unix_nano", "end_time_unix_nano"):
+        if getattr(span, name) > _MAX_TIME_NS:
+            return f"{name} is beyond the year 2262"
+    return _invalid_ids(span)
 
 
 def _invalid_ids(span: Span) -> str | None:
@@ -229,6 +320,7 @@ def _span_record(
     resource_attributes: dict[str, AttributeValue],
     scope_name: str,
     project: str,
+    limits: _ValueLimits,
 ) -> SpanRecord:
     # An all-zero parent is how some exporters spell "no parent".
     parent = span.parent_span_id.hex() if any(span.parent_span_id) else None
@@ -246,9 +338,9 @@ def _span_record(
         kind=int(span.kind),
         status_code=status,
         status_message=span.status.message,
-        attributes=_attributes(span.attributes),
+        attributes=_attributes(span.attributes, limits),
         events=tuple(
-            SpanEvent(event.name, event.time_unix_nano, _attributes(event.attributes))
+            SpanEvent(event.name, event.time_unix_nano, _attributes(event.attributes, limits))
             for event in span.events
         ),
         resource_attributes=resource_attributes,
@@ -257,27 +349,33 @@ def _span_record(
     )
 
 
-def _attributes(pairs: Iterable[KeyValue]) -> dict[str, AttributeValue]:
+def _attributes(pairs: Iterable[KeyValue], limits: _ValueLimits) -> dict[str, AttributeValue]:
     # Duplicate keys are a sender bug; the last one wins, as in the Collector.
-    return {pair.key: _any_value(pair.value) for pair in pairs}
+    return {pair.key: _any_value(pair.value, limits, 0) for pair in pairs}
 
 
-def _any_value(value: AnyValue) -> AttributeValue:
+def _any_value(value: AnyValue, limits: _ValueLimits, depth: int) -> AttributeValue:
     which = value.WhichOneof("value")
     if which == "string_value":
-        return value.string_value
+        return limits.text(value.string_value)
     if which == "bool_value":
         return value.bool_value
     if which == "int_value":
         return value.int_value
     if which == "double_value":
         return value.double_value
+    if which in ("array_value", "kvlist_value") and depth >= limits.max_depth:
+        limits.truncated += 1
+        return NESTED_TOO_DEEP
     if which == "array_value":
-        return [_any_value(item) for item in value.array_value.values]
+        return [_any_value(item, limits, depth + 1) for item in value.array_value.values]
     if which == "kvlist_value":
-        return {pair.key: _any_value(pair.value) for pair in value.kvlist_value.values}
+        return {
+            pair.key: _any_value(pair.value, limits, depth + 1)
+            for pair in value.kvlist_value.values
+        }
     if which == "bytes_value":
-        return value.bytes_value
+        return limits.raw(value.bytes_value)
     return None
 
 
