@@ -888,7 +888,9 @@ async def _overload(
     timeout = httpx.Timeout(120.0, pool=None)
     async with (
         httpx.AsyncClient(timeout=timeout, limits=limits) as client,
-        httpx.AsyncClient(timeout=30) as query_client,
+        # Expire idle connections before the server's 5 s keep-alive timeout, so that a
+        # failed probe means the server failed, not a race over a closing connection.
+        httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)) as query_client,
     ):
         baseline = await _stored_spans(query_client, url)
         stop_queries = asyncio.Event()
