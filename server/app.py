@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Request, Response
 from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
 from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 
@@ -44,7 +45,7 @@ from faultfinder.server.jobs import JobQueue
 from faultfinder.server.metrics import MetricsController, ServerMetrics
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, SettingsError, load_settings
-from faultfinder.server.store import LabelStore, SpanStore
+from faultfinder.server.store import LabelStore, SpanStore, UnknownRunError
 from faultfinder.server.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,15 @@ def load_plugins(settings: Settings) -> None:
             f"attributors (FAULTFINDER_ATTRIBUTORS): unknown {', '.join(map(repr, unknown))}; "
             f"available: {', '.join(available_attributors())}"
         )
+
+
+def unknown_run(request: Request[Any, Any, Any], exc: UnknownRunError) -> Response[Any]:
+    problem = NotFoundException(str(exc))
+    return Response(
+        {"status": 404, "title": "Not Found", "detail": str(exc)},
+        status_code=problem.status_code,
+        media_type="application/problem+json",
+    )
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
@@ -234,6 +244,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         guards=[require_key],
         middleware=[DashboardGate],
         plugins=[ProblemDetailsPlugin(ProblemDetailsConfig(enable_for_all_http_exceptions=True))],
+        # Services raise the store's UnknownRunError; it is a 404 everywhere, mapped once.
+        exception_handlers={UnknownRunError: unknown_run},
         template_config=dashboard_templates(),
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),
         request_max_body_size=settings.max_request_bytes,

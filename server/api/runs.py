@@ -6,7 +6,7 @@ from typing import Annotated
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
-from litestar.exceptions import NotFoundException, ValidationException
+from litestar.exceptions import ValidationException
 from litestar.params import Parameter
 
 from faultfinder.attributors.base import available_attributors
@@ -21,7 +21,7 @@ from faultfinder.server.api.schemas import (
     RunSummary,
 )
 from faultfinder.server.runs import RunService
-from faultfinder.server.store import InvalidCursorError, UnknownRunError
+from faultfinder.server.store import InvalidCursorError
 
 RUN_STATUSES = ("running", "complete", "failed", "attributed")
 UNIX_SECONDS_MAX = 9_223_372_036.0
@@ -102,10 +102,7 @@ class RunController(Controller):
         summary="One run with its trajectory and attributions",
     )
     async def get_run(self, request: Request[None, None, State], run_id: str) -> RunDetail:
-        try:
-            return await _service(request).get_run(as_stored(run_id))
-        except UnknownRunError as exc:
-            raise NotFoundException(str(exc)) from None
+        return await _service(request).get_run(as_stored(run_id))
 
     @post(
         "/{run_id:str}/outcome",
@@ -116,16 +113,13 @@ class RunController(Controller):
     async def post_outcome(
         self, request: Request[None, None, State], run_id: str, data: OutcomeIn
     ) -> RunSummary:
-        try:
-            return await _service(request).post_outcome(
-                as_stored(run_id),
-                data.outcome,
-                reason=data.reason,
-                ground_truth=data.ground_truth,
-                final_answer=data.final_answer,
-            )
-        except UnknownRunError as exc:
-            raise NotFoundException(str(exc)) from None
+        return await _service(request).post_outcome(
+            as_stored(run_id),
+            data.outcome,
+            reason=data.reason,
+            ground_truth=data.ground_truth,
+            final_answer=data.final_answer,
+        )
 
     @post(
         "/{run_id:str}/attributions",
@@ -137,17 +131,11 @@ class RunController(Controller):
         self, request: Request[None, None, State], run_id: str, data: AttributeRunIn
     ) -> JobOut:
         known_attributor(data.attributor)
-        try:
-            return await _service(request).reattribute(as_stored(run_id), data.attributor)
-        except UnknownRunError as exc:
-            raise NotFoundException(str(exc)) from None
+        return await _service(request).reattribute(as_stored(run_id), data.attributor)
 
     @get("/{run_id:str}/jobs", operation_id="listRunJobs", summary="The run's attribution jobs")
     async def jobs(self, request: Request[None, None, State], run_id: str) -> list[JobOut]:
-        try:
-            return await _service(request).jobs(as_stored(run_id))
-        except UnknownRunError as exc:
-            raise NotFoundException(str(exc)) from None
+        return await _service(request).jobs(as_stored(run_id))
 
     @post(
         "/{run_id:str}/labels",
@@ -166,14 +154,9 @@ class RunController(Controller):
                 reason=as_stored(data.reason) if data.reason is not None else None,
                 author=as_stored(data.author) if data.author is not None else None,
             )
-        except UnknownRunError as exc:
-            raise NotFoundException(str(exc)) from None
         except ValueError as exc:
             raise ValidationException(str(exc)) from None
 
     @get("/{run_id:str}/labels", operation_id="listRunLabels", summary="The run's human labels")
     async def labels(self, request: Request[None, None, State], run_id: str) -> list[LabelOut]:
-        try:
-            return await _service(request).labels(as_stored(run_id))
-        except UnknownRunError as exc:
-            raise NotFoundException(str(exc)) from None
+        return await _service(request).labels(as_stored(run_id))
