@@ -37,6 +37,7 @@ __all__ = [
     "agent_scores",
     "default_model",
     "softmax",
+    "trajectory_group",
 ]
 
 MODEL_FORMAT = "faultfinder.learned-step-model/1"
@@ -147,6 +148,10 @@ class StepModel:
     """For prefix-only (auditor) models: the score above which a step raises an alarm."""
     auditor: StepModel | None = None
     """The prefix-only model the online auditor uses, shipped beside the main model."""
+    groups: Mapping[str, StepModel] = field(default_factory=dict)
+    """Per framework (`trajectory.metadata["framework"]`): the scorer, temperature and
+    agent rule chosen for runs of that framework, when training found one that beats
+    this (pooled) model on them. Runs of other frameworks use this model itself."""
     training: Mapping[str, Any] = field(default_factory=dict)
     """Provenance: dataset, records, seed, chosen hyper-parameters, CV estimates."""
 
@@ -163,6 +168,19 @@ class StepModel:
             raise ModelFormatError(
                 f"agent_rule {self.agent_rule!r} is not one of {list(AgentRule.ALL)}"
             )
+        for name, sub in self.groups.items():
+            if sub.prefix_only != self.prefix_only or sub.groups:
+                raise ModelFormatError(
+                    f"group model {name!r} must match the model's prefix_only and have no groups"
+                )
+
+    def for_group(self, group: str | None) -> StepModel:
+        """The model that scores runs of `group` (this one unless a group model exists)."""
+        if group is not None:
+            sub = self.groups.get(group)
+            if sub is not None:
+                return sub
+        return self
 
     # --- scoring ---
 
@@ -170,11 +188,11 @@ class StepModel:
         return [self.scorer.score(row) for row in rows]
 
     def score(self, trajectory: Trajectory, *, use_ground_truth: bool = True) -> list[float]:
-        """Raw score of every step of `trajectory`."""
+        """Raw score of every step of `trajectory` (by its framework's model, if any)."""
         rows = step_features(
             trajectory, use_ground_truth=use_ground_truth, prefix_only=self.prefix_only
         )
-        return self.score_rows(rows)
+        return self.for_group(trajectory_group(trajectory)).score_rows(rows)
 
     def distribution(self, scores: Sequence[float]) -> list[float]:
         return softmax(scores, self.temperature)
@@ -192,6 +210,7 @@ class StepModel:
             "conformal": self.conformal.to_dict() if self.conformal else None,
             "alarm_threshold": self.alarm_threshold,
             "auditor": self.auditor.to_dict() if self.auditor else None,
+            "groups": {name: sub.to_dict() for name, sub in self.groups.items()},
             "training": dict(self.training),
         }
         return data
@@ -214,6 +233,13 @@ class StepModel:
         # The nested model's errors already name their source.
         auditor = cls.from_dict(auditor_data, f"{source} (auditor)") if auditor_data else None
         threshold = data.get("alarm_threshold")
+        groups_data = data.get("groups") or {}
+        if not isinstance(groups_data, Mapping):
+            raise fail("groups", "must be an object mapping framework names to models")
+        groups = {
+            str(name): cls.from_dict(sub, f"{source} (group {name!r})")
+            for name, sub in groups_data.items()
+        }
         try:
             return cls(
                 features=tuple(features),
@@ -224,6 +250,7 @@ class StepModel:
                 conformal=ConformalCalibration.from_dict(conformal) if conformal else None,
                 alarm_threshold=float(threshold) if threshold is not None else None,
                 auditor=auditor,
+                groups=groups,
                 training=dict(data.get("training") or {}),
             )
         except (TypeError, ValueError) as exc:
@@ -347,7 +374,8 @@ class LearnedAttributor:
         started = time.perf_counter()
         if not trajectory.steps:
             return Attribution.failed(self.name, "the trajectory has no steps")
-        model = self.model
+        group = trajectory_group(trajectory)
+        model = self.model.for_group(group)
         use_gt = options.use_ground_truth and trajectory.ground_truth is not None
         scores = model.score(trajectory, use_ground_truth=use_gt)
         probabilities = model.distribution(scores)
@@ -370,10 +398,9 @@ class LearnedAttributor:
         )
         alpha = options.extra.get("alpha", 0.1)
         prediction_set = None
-        if model.conformal is not None and alpha is not None:
-            prediction_set = model.conformal.prediction_set(
-                probabilities, float(alpha), group=_group(trajectory)
-            )
+        conformal = self.model.conformal
+        if conformal is not None and alpha is not None:
+            prediction_set = conformal.prediction_set(probabilities, float(alpha), group=group)
         return Attribution(
             method=self.name,
             agent=agent,
@@ -390,12 +417,14 @@ class LearnedAttributor:
             latency_s=time.perf_counter() - started,
             details={
                 "agent_rule": model.agent_rule,
+                "model_group": group if model is not self.model else None,
                 "agent_mass": {name: round(value, 6) for name, value in mass.items()},
                 "step_probabilities": [round(p, 6) for p in probabilities],
             },
         )
 
 
-def _group(trajectory: Trajectory) -> str | None:
+def trajectory_group(trajectory: Trajectory) -> str | None:
+    """The run's framework (its calibration and model group), if the trace says."""
     framework = trajectory.metadata.get("framework")
     return framework if isinstance(framework, str) else None

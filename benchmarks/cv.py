@@ -222,6 +222,7 @@ def cross_validate(
                 chosen={
                     "config": model.training.get("config"),
                     "agent_rule": model.agent_rule,
+                    "groups": model.training.get("group_choices"),
                     "alarm_threshold": model.auditor.alarm_threshold if model.auditor else None,
                 },
             )

@@ -365,7 +365,7 @@ def _utility(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], rule:
     return total / len(runs)
 
 
-TEMPERATURES: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
+TEMPERATURES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 """Softmax temperatures tried for the conformal step distribution."""
 
 
@@ -420,6 +420,58 @@ def choose_alarm_threshold(runs: Sequence[RunMatrix], scores: Sequence[Sequence[
 # --- the whole model -----------------------------------------------------------------
 
 
+GROUP_MIN_RECORDS = 20
+"""A framework gets its own model candidates only with at least this many training runs."""
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """One candidate for a set of runs: where it trains, its config and agent rule."""
+
+    utility: float
+    config: ModelConfig
+    rule: str
+    scores: dict[int, list[float]]
+    """Inner out-of-fold scores by run position (of the runs it was judged on)."""
+    own_group: bool = False
+    """Trained on the group's runs only (else on all runs)."""
+
+    def label(self) -> str:
+        where = "group-only" if self.own_group else "pooled"
+        return f"{where} {self.config.label()} / {self.rule}"
+
+
+def _best(
+    runs: Sequence[RunMatrix],
+    positions: Sequence[int],
+    candidates: Sequence[tuple[ModelConfig, bool, dict[int, list[float]]]],
+) -> tuple[_Choice, dict[str, float]]:
+    """The candidate (config × agent rule) with the best inner-CV utility on `positions`.
+
+    Earlier candidates win ties, so pooled configs are preferred to group-only ones.
+    """
+    chosen: _Choice | None = None
+    report: dict[str, float] = {}
+    judged = [runs[i] for i in positions]
+    for config, own_group, scores in candidates:
+        subset = [scores[i] for i in positions]
+        for rule in AgentRule.ALL:
+            utility = _utility(judged, subset, rule)
+            choice = _Choice(utility, config, rule, scores, own_group)
+            report[choice.label()] = utility
+            if chosen is None or utility > chosen.utility + 1e-12:
+                chosen = choice
+    assert chosen is not None
+    return chosen, report
+
+
+def _scores_by_position(
+    runs: Sequence[RunMatrix], positions: Sequence[int], config: ModelConfig, k: int, seed: int
+) -> dict[int, list[float]]:
+    scores = out_of_fold_scores([runs[i] for i in positions], config, k, seed)
+    return dict(zip(positions, scores, strict=True))
+
+
 def tune_and_fit(
     records: Sequence[BenchmarkRecord],
     *,
@@ -429,59 +481,107 @@ def tune_and_fit(
     seed: int = 0,
     use_ground_truth: bool = True,
     auditor: bool = True,
+    per_group: bool = True,
     on_step: Callable[[str], None] | None = None,
 ) -> StepModel:
     """Choose the model config and agent rule by inner CV on `records`, then fit on all of them.
 
-    The inner out-of-fold scores of the chosen config also calibrate the conformal
-    sets, and the auditor's prefix-only model gets its alarm threshold the same way.
-    Nothing outside `records` is looked at.
+    With `per_group`, each framework with enough runs also gets candidates trained on
+    its runs only; the best of the pooled and group-only candidates on that framework's
+    runs (inner CV) becomes its group model. The inner out-of-fold scores of the chosen
+    candidates also pick the softmax temperatures and calibrate the conformal sets, and
+    the auditor's prefix-only model gets its alarm threshold the same way. Nothing
+    outside `records` is looked at.
     """
     runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=False)
-    report: dict[str, dict[str, float]] = {}
-    best: tuple[float, ModelConfig, str, list[list[float]]] | None = None
+    everyone = list(range(len(runs)))
+    pooled: list[tuple[ModelConfig, bool, dict[int, list[float]]]] = []
     for config in grid:
-        scores = out_of_fold_scores(runs, config, inner_folds, seed)
-        for rule in AgentRule.ALL:
-            utility = _utility(runs, scores, rule)
-            report.setdefault(config.label(), {})[rule] = utility
-            if best is None or utility > best[0] + 1e-12:
-                best = (utility, config, rule, scores)
+        pooled.append(
+            (config, False, _scores_by_position(runs, everyone, config, inner_folds, seed))
+        )
         if on_step is not None:
             on_step(config.label())
-    assert best is not None
-    _, config, rule, inner_scores = best
-    scorer = fit_scorer(runs, config, seed)
-    temperature = choose_temperature(runs, inner_scores)
+    best, pooled_report = _best(runs, everyone, pooled)
+    report: dict[str, dict[str, float]] = {"*": pooled_report}
+
+    members: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        if run.group is not None:
+            members.setdefault(run.group, []).append(i)
+    group_choices: dict[str, _Choice] = {}
+    if per_group:
+        for group, positions in sorted(members.items()):
+            if len(positions) < max(GROUP_MIN_RECORDS, 2 * inner_folds):
+                continue
+            candidates = list(pooled)
+            for config in grid:
+                own = _scores_by_position(runs, positions, config, inner_folds, seed)
+                candidates.append((config, True, own))
+                if on_step is not None:
+                    on_step(f"{group}: {config.label()}")
+            choice, report[group] = _best(runs, positions, candidates)
+            group_choices[group] = choice
+
+    def chosen_for(run: RunMatrix) -> _Choice:
+        return group_choices.get(run.group or "", best)
+
+    scorer = fit_scorer(runs, best.config, seed)
+    temperature = choose_temperature(runs, [best.scores[i] for i in everyone])
+    groups: dict[str, StepModel] = {}
+    temperatures: dict[str, float] = {}
+    for group, choice in group_choices.items():
+        positions = members[group]
+        group_runs = [runs[i] for i in positions]
+        temperatures[group] = choose_temperature(group_runs, [choice.scores[i] for i in positions])
+        if not choice.own_group and choice.config == best.config and choice.rule == best.rule:
+            if temperatures[group] == temperature:
+                continue
+            group_scorer: Scorer = scorer
+        else:
+            group_scorer = fit_scorer(group_runs if choice.own_group else runs, choice.config, seed)
+        groups[group] = StepModel(
+            features=feature_names(),
+            scorer=group_scorer,
+            agent_rule=choice.rule,
+            temperature=temperatures[group],
+            training={"config": asdict(choice.config), "choice": choice.label()},
+        )
     conformal = calibrate(
-        CalibrationExample(softmax(s, temperature), run.gold_step, run.group)
-        for run, s in zip(runs, inner_scores, strict=True)
+        CalibrationExample(
+            softmax(chosen_for(run).scores[i], temperatures.get(run.group or "", temperature)),
+            run.gold_step,
+            run.group,
+        )
+        for i, run in enumerate(runs)
     )
     audit_model = None
     if auditor:
         prefix_runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=True)
-        prefix_scores = out_of_fold_scores(prefix_runs, config, inner_folds, seed)
+        prefix_scores = out_of_fold_scores(prefix_runs, best.config, inner_folds, seed)
         threshold = choose_alarm_threshold(prefix_runs, prefix_scores)
         audit_model = StepModel(
             features=feature_names(prefix_only=True),
-            scorer=fit_scorer(prefix_runs, config, seed),
+            scorer=fit_scorer(prefix_runs, best.config, seed),
             prefix_only=True,
             alarm_threshold=threshold,
-            training={"config": asdict(config)},
+            training={"config": asdict(best.config)},
         )
     return StepModel(
         features=feature_names(),
         scorer=scorer,
-        agent_rule=rule,
+        agent_rule=best.rule,
         temperature=temperature,
         conformal=conformal,
         auditor=audit_model,
+        groups=groups,
         training={
             "records": len(records),
             "seed": seed,
             "use_ground_truth": use_ground_truth,
             "inner_folds": inner_folds,
-            "config": asdict(config),
+            "config": asdict(best.config),
+            "group_choices": {group: c.label() for group, c in group_choices.items()},
             "inner_cv_utility": report,
         },
     )

@@ -40,6 +40,7 @@ from faultfinder.benchmarks.train import (
     fit_scorer,
     stratified_folds,
     train_command,
+    tune_and_fit,
 )
 
 OPTIONS = AttributeOptions()
@@ -326,3 +327,55 @@ def test_train_command_rejects_unknown_datasets(tmp_path: Path) -> None:
     result = CliRunner().invoke(train_command, ["--dataset", "nope", "--out", str(tmp_path / "m")])
     assert result.exit_code != 0
     assert "unknown dataset 'nope'" in result.output
+
+
+# --- per-framework models ----------------------------------------------------------------
+
+
+def shifted_record(rng: random.Random, number: int) -> BenchmarkRecord:
+    """A framework whose culprit is the agent that acts right after the failing output."""
+    record = synthetic_record(rng, number, "shifted")
+    steps = record.trajectory.steps
+    failing = next(i for i, s in enumerate(steps) if "execution failed" in s.content)
+    if failing + 1 >= len(steps):
+        return shifted_record(rng, number)
+    culprit = failing + 1
+    fixer = steps[culprit].model_copy(update={"agent": "Fixer", "kind": StepKind.MESSAGE})
+    steps = (*steps[:culprit], fixer, *steps[culprit + 1 :])
+    trajectory = record.trajectory.model_copy(update={"steps": steps})
+    return BenchmarkRecord("synthetic", "shifted", record.record_id, trajectory,
+                           GoldLabel("Fixer", culprit))  # fmt: skip
+
+
+def test_each_framework_gets_the_model_that_fits_its_runs(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    plain = [synthetic_record(rng, i, "plain") for i in range(40)]
+    shifted = [shifted_record(rng, i) for i in range(40)]
+    model = tune_and_fit(
+        plain + shifted, cache=FeatureCache(), grid=(ModelConfig(kind="linear", l2=1.0),),
+        inner_folds=3, auditor=False,
+    )  # fmt: skip
+    assert set(model.groups) == {"plain", "shifted"}
+    model.save(tmp_path / "grouped.json")
+    loaded = StepModel.load(tmp_path / "grouped.json")
+    assert set(loaded.groups) == {"plain", "shifted"}
+    attributor = LearnedAttributor(loaded)
+    fresh = random.Random(99)
+    for record in [synthetic_record(fresh, 100 + i, "plain") for i in range(10)] + [
+        shifted_record(fresh, 200 + i) for i in range(10)
+    ]:
+        attribution = attributor.attribute_now(record.trajectory, OPTIONS)
+        assert attribution.step == record.gold.step, record.record_id
+        assert attribution.details["model_group"] == record.subset
+    # A run of a framework the model never saw is scored by the pooled model.
+    unknown = synthetic_record(fresh, 300, "elsewhere")
+    assert attributor.attribute_now(unknown.trajectory, OPTIONS).details["model_group"] is None
+
+
+def test_a_bad_group_model_names_the_group(tmp_path: Path) -> None:
+    data = default_model().to_dict()
+    data["groups"] = {"ag2": {"format": "something/else"}}
+    path = tmp_path / "grouped.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ModelFormatError, match=r"group 'ag2'.*format"):
+        StepModel.load(path)
