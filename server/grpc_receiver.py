@@ -46,14 +46,18 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             raise AssertionError("unreachable") from exc
         if batch.rejected:
             self._writer.counters.reject_spans("invalid_span", batch.rejected)
+        self._writer.counters.values_truncated += batch.truncated_values
         try:
-            await self._writer.submit(batch.spans)
+            stored = await self._writer.submit(batch.spans)
         except (IngestSaturatedError, IngestUnavailableError) as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise AssertionError("unreachable") from exc
         response = trace_service_pb2.ExportTraceServiceResponse()
-        if batch.rejected:
-            response.partial_success.rejected_spans = batch.rejected
-            response.partial_success.error_message = batch.error_message
+        if batch.rejected or stored.rejected:
+            response.partial_success.rejected_spans = batch.rejected + stored.rejected
+            response.partial_success.error_message = "; ".join(
+                filter(None, (batch.error_message, stored.error_message))
+            )
         return response
 
 

@@ -5,6 +5,15 @@ whatever is waiting into one transaction (group commit) and then releases every
 request whose spans it stored, so an acknowledgement means the spans are durable
 in the database. When more spans wait than the queue allows, `submit` refuses at
 once and the receiver answers 503/UNAVAILABLE with Retry-After (backpressure).
+
+A failed write is never dropped and never blocks the queue for good. A transient
+error (database locked or busy, connection lost, serialization failure, deadlock) is
+retried with backoff. Any other error — or a transient-looking one that keeps coming
+back — splits the batch in halves that are stored separately, down to one submission
+and then one span, so every storable span is stored and only a span the database
+refuses is rejected: counted, logged by id (never by content) and reported to its
+submitter as a partial success. A single span is never rejected for a transient
+error; a database outage only ever delays ingest.
 """
 
 from __future__ import annotations
@@ -14,6 +23,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+
+from sqlalchemy import exc as sa_exc
 
 from faultfinder.server.otlp.model import SpanRecord
 
@@ -30,10 +41,115 @@ class IngestUnavailableError(Exception):
     """The spans could not be stored in time (database down or too slow)."""
 
 
+UNSTORABLE = "unstorable"
+"""`IngestCounters.spans_rejected` reason of spans the database refused to store."""
+
+_TRANSIENT_SQLITE_CODES = frozenset({5, 6, 9, 10, 13, 14, 15})
+"""Primary SQLite result codes worth retrying: BUSY, LOCKED, INTERRUPT, IOERR, FULL,
+CANTOPEN, PROTOCOL. Others (TOOBIG, CONSTRAINT, MISMATCH, ERROR …) fail every time."""
+
+_TRANSIENT_SQLSTATE_PREFIXES = ("08", "40", "53", "55P03", "57", "58")
+"""PostgreSQL error classes worth retrying: connection exceptions, transaction rollback
+(serialization failure, deadlock), insufficient resources, lock not available, operator
+intervention (shutdown, statement timeout) and system (I/O) errors."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether storing the same spans again may succeed (the database, not the data,
+    was the problem)."""
+    if isinstance(error, sa_exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        original = error.orig
+        code = getattr(original, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in _TRANSIENT_SQLITE_CODES
+        state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+        if isinstance(state, str):
+            return state.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+        return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError) or isinstance(
+            original, OSError | TimeoutError
+        )
+    if isinstance(error, sa_exc.StatementError) and error.orig is not None:
+        # A non-driver error raised while executing (e.g. a socket error): judge the cause.
+        return is_transient(error.orig)
+    # Pool exhausted, driver-level disconnects and timeouts outside a statement.
+    return isinstance(
+        error, sa_exc.TimeoutError | sa_exc.DisconnectionError | OSError | TimeoutError
+    )
+
+
+def error_class(error: BaseException) -> str:
+    """The error's class and database code, e.g. `IntegrityError (SQLSTATE 23505)`.
+
+    Never the message: SQLAlchemy puts the statement's parameters (span content) in it.
+    """
+    original = getattr(error, "orig", None)
+    name = type(error).__name__
+    if original is None:
+        return name
+    sqlite_name = getattr(original, "sqlite_errorname", None)
+    if isinstance(sqlite_name, str):
+        return f"{name} ({sqlite_name})"
+    state = getattr(original, "sqlstate", None)
+    if isinstance(state, str):
+        return f"{name} (SQLSTATE {state})"
+    return f"{name} ({type(original).__name__})"
+
+
+def _retry_reason(error: BaseException) -> str:
+    # A transient error's driver message ("database is locked", "connection refused")
+    # says what went wrong without quoting data; anything else is named by class only.
+    original = getattr(error, "orig", None)
+    if is_transient(error):
+        message = str(original if original is not None else error).splitlines()
+        return f"{error_class(error)}: {message[0][:200] if message else ''}"
+    return error_class(error)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What became of one submission: spans the database refused, and why (ids only)."""
+
+    rejected: int = 0
+    error_message: str = ""
+
+
 @dataclass
 class _Pending:
     spans: Sequence[SpanRecord]
-    done: asyncio.Future[None]
+    done: asyncio.Future[Stored]
+    rejected: list[str] = field(default_factory=list)
+    """One line per span the database refused."""
+
+    def outcome(self) -> Stored:
+        if not self.rejected:
+            return Stored()
+        shown = self.rejected[:3]
+        more = len(self.rejected) - len(shown)
+        message = "; ".join(shown) + (f"; and {more} more" if more else "")
+        return Stored(len(self.rejected), message)
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """Some spans of one submission: the unit a failing batch is split into."""
+
+    item: _Pending
+    spans: Sequence[SpanRecord]
+
+
+def _split(group: list[_Part]) -> tuple[list[_Part], list[_Part]] | None:
+    """Two halves of `group`, by submission while it holds several, then by span; None
+    for a single span."""
+    if len(group) > 1:
+        middle = len(group) // 2
+        return group[:middle], group[middle:]
+    part = group[0]
+    if len(part.spans) <= 1:
+        return None
+    middle = len(part.spans) // 2
+    return [_Part(part.item, part.spans[:middle])], [_Part(part.item, part.spans[middle:])]
 
 
 @dataclass
@@ -48,6 +164,8 @@ class IngestCounters:
     """Whole requests turned away, by reason (undecodable, too_large, saturated, …)."""
     write_errors: int = 0
     batches_written: int = 0
+    values_truncated: int = 0
+    """Attribute values cut to the size cap or replaced for nesting too deeply at decode."""
 
     def reject_spans(self, reason: str, count: int) -> None:
         self.spans_rejected[reason] = self.spans_rejected.get(reason, 0) + count
@@ -67,12 +185,16 @@ class SpanWriter:
         max_batch_spans: int,
         ack_timeout: float,
         retry_backoff: tuple[float, float] = (0.05, 2.0),
+        transient_attempts: int = 8,
     ) -> None:
+        """`transient_attempts`: tries of one batch that keeps failing with transient
+        errors before it is split (with the default backoff, about 7 s)."""
         self._write = write
         self._max_queued = max_queued_spans
         self._max_batch = max_batch_spans
         self._ack_timeout = ack_timeout
         self._backoff_min, self._backoff_max = retry_backoff
+        self._transient_attempts = max(1, transient_attempts)
         self._pending: deque[_Pending] = deque()
         self._queued_spans = 0
         self._wakeup = asyncio.Event()
@@ -95,16 +217,18 @@ class SpanWriter:
         if self._task is not None:
             await self._task
 
-    async def submit(self, spans: Sequence[SpanRecord]) -> None:
+    async def submit(self, spans: Sequence[SpanRecord]) -> Stored:
         """Queue spans and wait until they are stored.
 
+        Returns which spans the database refused (usually none): the receiver reports
+        them as a partial success; every other span is durable.
         Raises IngestSaturatedError when the queue is full (nothing was queued) and
         IngestUnavailableError when they were not stored within the ack timeout (they
         stay queued and will still be written).
         """
         self.counters.spans_received += len(spans)
         if not spans:
-            return
+            return Stored()
         if self._stopping:
             raise IngestUnavailableError("the sidecar is shutting down")
         if self._queued_spans + len(spans) > self._max_queued and self._queued_spans > 0:
@@ -117,7 +241,7 @@ class SpanWriter:
         self._queued_spans += len(spans)
         self._wakeup.set()
         try:
-            await asyncio.wait_for(asyncio.shield(item.done), self._ack_timeout)
+            return await asyncio.wait_for(asyncio.shield(item.done), self._ack_timeout)
         except TimeoutError:
             raise IngestUnavailableError(
                 f"spans not stored within {self._ack_timeout:g}s; they remain queued"
@@ -135,7 +259,6 @@ class SpanWriter:
         return batch
 
     async def _run(self) -> None:
-        backoff = self._backoff_min
         while True:
             if not self._pending:
                 if self._stopping:
@@ -144,21 +267,72 @@ class SpanWriter:
                 await self._wakeup.wait()
                 continue
             batch = self._take_batch()
-            spans = [span for item in batch for span in item.spans]
+            await self._store([_Part(item, item.spans) for item in batch])
+            self._queued_spans -= sum(len(item.spans) for item in batch)
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_result(item.outcome())
+
+    async def _store(self, parts: list[_Part]) -> None:
+        """Store every span of `parts` that the database accepts; reject the others."""
+        waiting = [parts]
+        while waiting:
+            group = waiting.pop()
+            error = await self._attempt(group)
+            if error is None:
+                continue
+            halves = _split(group)
+            if halves is None:
+                self._reject(group[0], error)
+            else:
+                # The first half first: "latest value wins" run facts keep arrival order.
+                waiting.extend(reversed(halves))
+
+    async def _attempt(self, group: list[_Part]) -> BaseException | None:
+        """Write `group` in one transaction, retrying transient errors; returns the error
+        that makes splitting it worthwhile, or None once it is stored.
+
+        A single span is retried for as long as the error is transient: only the data,
+        never an unavailable database, gets a span rejected.
+        """
+        spans = [span for part in group for span in part.spans]
+        backoff = self._backoff_min
+        attempts = 0
+        while True:
             try:
                 await self._write(spans)
-            except Exception:
-                # Keep the batch at the head of the queue and retry: nothing is dropped.
+            except Exception as error:
                 self.counters.write_errors += 1
-                log.exception("storing %d spans failed; retrying in %.2fs", len(spans), backoff)
-                self._pending.extendleft(reversed(batch))
+                attempts += 1
+                transient = is_transient(error)
+                if not transient or (attempts >= self._transient_attempts and len(spans) > 1):
+                    log.debug(
+                        "storing %d spans failed (%s); splitting", len(spans), error_class(error)
+                    )
+                    return error
+                log.warning(
+                    "storing %d spans failed (%s); retrying in %.2fs",
+                    len(spans),
+                    _retry_reason(error),
+                    backoff,
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._backoff_max)
                 continue
-            backoff = self._backoff_min
-            self._queued_spans -= len(spans)
             self.counters.spans_stored += len(spans)
             self.counters.batches_written += 1
-            for item in batch:
-                if not item.done.done():
-                    item.done.set_result(None)
+            return None
+
+    def _reject(self, part: _Part, error: BaseException) -> None:
+        span = part.spans[0]
+        reason = error_class(error)
+        log.error(
+            "rejected span %s of trace %s: the database refused it (%s)",
+            span.span_id,
+            span.trace_id,
+            reason,
+        )
+        self.counters.reject_spans(UNSTORABLE, 1)
+        part.item.rejected.append(
+            f"span {span.span_id} of trace {span.trace_id} could not be stored ({reason})"
+        )

@@ -18,6 +18,8 @@ The returned transitions tell the caller which runs to hand to attribution.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from faultfinder.server.store import RunOutcome, RunRow, RunStatus, SpanStore
@@ -55,17 +57,44 @@ def decide(run: RunRow, *, now_ns: int, quiet_period_ns: int) -> RunStatus | Non
 
 
 async def sweep(
-    store: SpanStore, *, now: float, quiet_period_s: float, limit: int = 1000
+    store: SpanStore,
+    *,
+    now: float,
+    quiet_period_s: float,
+    limit: int = 1000,
+    budget_s: float = 1.0,
 ) -> list[RunTransition]:
-    """Move every run that is due (up to `limit` per call) and return the transitions.
+    """Move the runs that are due and return the transitions.
 
-    `now` is Unix seconds (wall clock, as recorded when spans are stored).
+    `now` is Unix seconds (wall clock, as recorded when spans are stored). Runs are
+    settled `limit` at a time, each page in its own short transaction, with the event
+    loop (and so the span writer) given its turn between pages; pages follow each
+    other while full, for about `budget_s` seconds. So a backlog of thousands of small
+    runs is worked off in one call instead of one page per sweep interval, without
+    holding SQLite's single write lock long enough to stall ingest.
     """
     now_ns = int(now * 1e9)
     quiet_period_ns = int(quiet_period_s * 1e9)
+    deadline = time.monotonic() + budget_s
+    transitions: list[RunTransition] = []
+    while True:
+        seen, moved = await _sweep_page(
+            store, now_ns=now_ns, quiet_period_ns=quiet_period_ns, limit=limit
+        )
+        transitions += moved
+        if seen < limit or time.monotonic() >= deadline:
+            return transitions
+        await asyncio.sleep(0)
+
+
+async def _sweep_page(
+    store: SpanStore, *, now_ns: int, quiet_period_ns: int, limit: int
+) -> tuple[int, list[RunTransition]]:
+    """Settle up to `limit` due runs (and as many changed complete runs) in one
+    transaction; returns how many candidates were read and the transitions."""
     candidates = await store.settle_candidates(quiet_since=now_ns - quiet_period_ns, limit=limit)
     if not candidates:
-        return []
+        return 0, []
     decisions = [
         (run, decide(run, now_ns=now_ns, quiet_period_ns=quiet_period_ns)) for run in candidates
     ]
@@ -77,8 +106,9 @@ async def sweep(
         if status is not None or run.status != RunStatus.RUNNING
     ]
     changed = await store.settle_runs(decisions, now=now_ns)
-    return [
+    moved = [
         RunTransition(run.id, RunStatus(run.status), status)
         for run, status in decisions
         if status is not None and run.id in changed
     ]
+    return len(candidates), moved

@@ -62,7 +62,8 @@ class LiveCollector(Collector):
         )
         rejected = CounterMetricFamily(
             "faultfinder_spans_rejected",
-            "Invalid spans dropped from accepted requests, by reason.",
+            "Spans dropped from accepted requests, by reason (invalid_span: refused at decode; "
+            "unstorable: refused by the database).",
             labels=["reason"],
         )
         requests_rejected = CounterMetricFamily(
@@ -71,7 +72,13 @@ class LiveCollector(Collector):
             labels=["reason"],
         )
         write_errors = CounterMetricFamily(
-            "faultfinder_ingest_write_errors", "Failed attempts to store a batch (retried)."
+            "faultfinder_ingest_write_errors",
+            "Failed attempts to store a batch (retried, or split to isolate unstorable spans).",
+        )
+        truncated = CounterMetricFamily(
+            "faultfinder_ingest_values_truncated",
+            "Attribute values cut to the size cap or replaced for nesting too deeply at decode "
+            "(their spans were kept).",
         )
         batches = CounterMetricFamily(
             "faultfinder_ingest_batches", "Transactions the span writer committed."
@@ -92,10 +99,12 @@ class LiveCollector(Collector):
                 requests_rejected.add_metric([reason], count)
             write_errors.add_metric([], counters.write_errors)
             batches.add_metric([], counters.batches_written)
+            truncated.add_metric([], counters.values_truncated)
             queued.add_metric([], self.writer.queued_spans)
         if self.queue_capacity is not None:
             capacity.add_metric([], self.queue_capacity)
         yield from (received, stored, rejected, requests_rejected, write_errors, batches)
+        yield truncated
         yield from (queued, capacity)
 
         snapshot = self.snapshot

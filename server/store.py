@@ -228,7 +228,10 @@ class _RunDelta:
             "created_at": now,
             "updated_at": now,
             "version": 1,
-            "needs_sweep": True,
+            # A running run is found by the sweep through its quiet period; the mark is
+            # for finished runs that change. Keeping it off here keeps the marked rows
+            # few, so PostgreSQL reads them by index instead of scanning every run.
+            "needs_sweep": False,
         }
 
 
@@ -383,7 +386,7 @@ class SpanStore:
                 "final_answer": unless_posted("final_answer"),
                 "updated_at": new.updated_at,
                 "version": run.version + 1,
-                "needs_sweep": true(),
+                "needs_sweep": run.status != RunStatus.RUNNING.value,
             },
         )
         return upsert
@@ -542,6 +545,18 @@ class SpanStore:
             result = await conn.execute(statement)
             return [_span_record(row) for row in result]
 
+    async def spans_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[SpanRecord]]:
+        """The stored spans of several runs in one query (unordered within a run; runs
+        without spans are absent). Cheaper than one `run_spans` per run for a batch."""
+        if not run_ids:
+            return {}
+        statement = select(SPANS).where(SPANS.c.run_id.in_(list(run_ids)))
+        spans: dict[str, list[SpanRecord]] = {}
+        async with self._engine.connect() as conn:
+            for row in await conn.execute(statement):
+                spans.setdefault(row.run_id, []).append(_span_record(row))
+        return spans
+
     async def get_run(self, run_id: str) -> RunRow | None:
         async with self._engine.connect() as conn:
             row = (await conn.execute(select(RUNS).where(RUNS.c.id == run_id))).first()
@@ -668,10 +683,12 @@ class SpanStore:
             .order_by(RUNS.c.last_span_received_at)
             .limit(limit)
         )
+        # No ORDER BY: ordering by activity made SQLite walk every complete run ever
+        # stored through the status index; unordered, it reads only the changed ones
+        # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
         changed = (
             select(RUNS)
             .where(RUNS.c.needs_sweep == true(), RUNS.c.status == RunStatus.COMPLETE.value)
-            .order_by(RUNS.c.last_span_received_at)
             .limit(limit)
         )
         async with self._engine.connect() as conn:
@@ -708,6 +725,9 @@ class SpanStore:
         now: int,
     ) -> set[str]:
         statement = update(RUNS).where(
+            # The plain id list lets the database find the rows by primary key; with only
+            # the (id, version) pairs SQLite scanned every run of `old_status`.
+            RUNS.c.id.in_([run.id for run in runs]),
             RUNS.c.status == old_status,
             tuple_(RUNS.c.id, RUNS.c.version).in_([(run.id, run.version) for run in runs]),
         )

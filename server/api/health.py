@@ -44,4 +44,5 @@ class HealthController(Controller):
             requests_rejected=dict(counters.requests_rejected),
             write_errors=counters.write_errors,
             batches_written=counters.batches_written,
+            values_truncated=counters.values_truncated,
         )

@@ -56,6 +56,9 @@ class IngestStats(BaseModel):
     requests_rejected: dict[str, int]
     write_errors: int
     batches_written: int
+    values_truncated: int = 0
+    """Attribute values cut to the size cap (or replaced for nesting too deeply) at decode;
+    their spans were kept."""
 
 
 class Health(BaseModel):

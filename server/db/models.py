@@ -145,9 +145,9 @@ class RunTable(SQLModel, table=True):
     version: int = Field(sa_column=Column(Integer, nullable=False))
     """Incremented on every change; status transitions compare-and-set on it."""
     needs_sweep: bool = Field(sa_column=Column(Boolean, nullable=False))
-    """Set by every span write and posted outcome, cleared by the lifecycle sweep once it
-    has looked at the run: lets the sweep re-check finished runs (a late failure)
-    without scanning them all."""
+    """Set by a span write to a finished run and by a posted outcome, cleared by the
+    lifecycle sweep once it has looked at the run: lets the sweep re-check finished runs
+    (a late failure) without scanning them all."""
 
 
 class AttributionTable(SQLModel, table=True):

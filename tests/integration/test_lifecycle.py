@@ -211,3 +211,35 @@ async def test_span_arriving_during_a_sweep_keeps_the_run_running(store: SpanSto
         == set()
     )
     assert await status(store, "j") == "running"
+
+
+async def test_a_backlog_larger_than_a_page_is_settled_in_one_sweep(store: SpanStore) -> None:
+    """Many tiny runs due at once (e.g. after a burst) are all settled by one sweep call,
+    a page per transaction, and late failures of complete runs are seen alongside."""
+    t0 = 1_000.0
+    traces = [f"b{i:04d}" for i in range(250)]
+    failing = set(traces[::7])
+    for start in range(0, len(traces), 50):
+        batch: list[SpanRecord] = []
+        for trace in traces[start : start + 50]:
+            root = span(trace, status=StatusCode.ERROR if trace in failing else StatusCode.UNSET)
+            batch += [span(trace, parent=root.span_id), root]
+        await store.write_spans(batch, received_at=t0)
+    pages: list[int] = []
+    settle_runs = store.settle_runs
+
+    async def counting(decisions: Any, *, now: int) -> set[str]:
+        pages.append(len(decisions))
+        return await settle_runs(decisions, now=now)
+
+    store.settle_runs = counting  # type: ignore[method-assign]
+    moved = await lifecycle.sweep(
+        store, now=t0 + QUIET + 1, quiet_period_s=QUIET, limit=40, budget_s=60
+    )
+    assert len(pages) > 1 and max(pages) <= 2 * 40  # several small transactions
+    assert {t.run_id: t.status.value for t in moved} == {
+        run_id(trace): "failed" if trace in failing else "complete" for trace in traces
+    }
+    assert await store.count_runs(status="running") == 0
+    # Nothing is left over for the next sweep.
+    assert await sweep(store, t0 + QUIET + 2) == {}

@@ -1,0 +1,129 @@
+"""Many tiny runs: does the run lifecycle keep up with the span writer on one database?
+
+    python -m faultfinder.benchmarks.sweep_speed --database-url sqlite+aiosqlite:///x.db
+
+In one process, as in the sidecar: a writer stores 6-span runs (`ChaosTraffic`, as
+`faultfinder bench chaos` sends them) through `SpanStore.write_spans` as fast as the
+database takes them, while the lifecycle sweep runs every second (and enqueues jobs for
+failed runs) with a short quiet period. Reported per 10 s: runs written per second,
+write latency, and runs the sweeps settled; at the end, the runs that were due (quiet
+for longer than the quiet period) but not yet settled. A lifecycle that keeps up leaves
+about one sweep's worth of runs due; one that falls behind leaves a backlog that grows
+with the duration. The database must be empty (it is migrated first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import click
+from sqlalchemy import func, select
+
+from faultfinder.benchmarks.chaos import ChaosTraffic
+from faultfinder.server import lifecycle
+from faultfinder.server.db.engine import create_engine
+from faultfinder.server.db.migrate import upgrade
+from faultfinder.server.jobs import JobQueue
+from faultfinder.server.otlp.decode import decode_protobuf
+from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.store import RUNS, RunStatus, SpanStore
+
+
+@dataclass
+class SweepFigures:
+    writes: list[tuple[float, float, int]] = field(default_factory=list)
+    """(seconds since start, write latency s, runs) per write."""
+    sweeps: list[tuple[float, float, int]] = field(default_factory=list)
+    """(seconds since start, sweep duration s, runs moved) per sweep."""
+    running: int = 0
+    due: int = 0
+
+
+async def measure(
+    database_url: str, *, duration: float, quiet: float, runs_per_write: int
+) -> SweepFigures:
+    engine = create_engine(database_url)
+    store, jobs = SpanStore(engine), JobQueue(engine)
+    traffic = ChaosTraffic(steps_per_run=5, runs_per_request=runs_per_write, failed_interval_s=1)
+
+    def batch() -> list[SpanRecord]:
+        spans: list[SpanRecord] = decode_protobuf(
+            traffic.next_request().body, project_header=None
+        ).spans
+        return spans
+
+    # Decoded up front (more than the writer can store in `duration`): the database and
+    # the sweep are measured, not the decoder.
+    prepared = [batch() for _ in range(int(duration * 10))]
+    figures = SweepFigures()
+    start = time.monotonic()
+    stop = start + duration
+
+    async def writer() -> None:
+        for spans in prepared:
+            if time.monotonic() >= stop:
+                return
+            began = time.perf_counter()
+            await store.write_spans(spans)
+            elapsed = time.perf_counter() - began
+            figures.writes.append((time.monotonic() - start, elapsed, runs_per_write))
+            await asyncio.sleep(0)
+
+    async def sweeper() -> None:
+        while time.monotonic() < stop:
+            began = time.perf_counter()
+            moved = await lifecycle.sweep(store, now=time.time(), quiet_period_s=quiet)
+            await jobs.enqueue_for_failed_runs(["first_error"])
+            elapsed = time.perf_counter() - began
+            figures.sweeps.append((time.monotonic() - start, elapsed, len(moved)))
+            await asyncio.sleep(1.0)
+
+    try:
+        await asyncio.gather(writer(), sweeper())
+        cutoff = time.time_ns() - int(quiet * 1e9)
+        running = RUNS.c.status == RunStatus.RUNNING.value
+        async with engine.connect() as conn:
+            count = select(func.count()).select_from(RUNS).where(running)
+            figures.running = (await conn.execute(count)).scalar_one()
+            due = count.where(RUNS.c.last_span_received_at <= cutoff)
+            figures.due = (await conn.execute(due)).scalar_one()
+    finally:
+        await engine.dispose()
+    return figures
+
+
+@click.command()
+@click.option("--database-url", required=True, help="An empty database (it is migrated).")
+@click.option("--duration", type=float, default=60.0, show_default=True, help="Seconds.")
+@click.option("--quiet", type=float, default=5.0, show_default=True, help="Quiet period, s.")
+@click.option("--runs-per-write", type=int, default=200, show_default=True)
+def main(database_url: str, duration: float, quiet: float, runs_per_write: int) -> None:
+    upgrade(database_url, show_progress=False)
+    figures = asyncio.run(
+        measure(database_url, duration=duration, quiet=quiet, runs_per_write=runs_per_write)
+    )
+    click.echo("seconds   runs written/s  write p50 / max ms   sweeps  runs settled  sweep max ms")
+    for window in range(0, int(duration), 10):
+        writes = [w for w in figures.writes if window <= w[0] < window + 10]
+        sweeps = [s for s in figures.sweeps if window <= s[0] < window + 10]
+        if not writes:
+            continue
+        latencies = [w[1] * 1000 for w in writes]
+        click.echo(
+            f"{window:3d}-{window + 10:<4d} {sum(w[2] for w in writes) / 10:14.0f}"
+            f"  {statistics.median(latencies):8.0f} / {max(latencies):6.0f}"
+            f"  {len(sweeps):8d}  {sum(s[2] for s in sweeps):12d}"
+            f"  {max((s[1] * 1000 for s in sweeps), default=0):12.0f}"
+        )
+    written = sum(w[2] for w in figures.writes)
+    click.echo(
+        f"runs written: {written} ({written / duration:.0f}/s); at the end {figures.running} "
+        f"running, {figures.due} of them due (quiet > {quiet:g} s) but not settled"
+    )
+
+
+if __name__ == "__main__":
+    main()

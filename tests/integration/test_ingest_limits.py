@@ -1,0 +1,111 @@
+"""Ingest limits on a real sidecar and store: oversized attribute values are cut with a
+marker, counted, and their spans kept; a span the database refuses is rejected alone."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import httpx
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from prometheus_client.parser import text_string_to_metric_families
+
+from faultfinder.server.db.engine import create_engine
+from faultfinder.server.ingest import UNSTORABLE, SpanWriter, Stored
+from faultfinder.server.otlp.decode import MAX_VALUE_BYTES
+from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.store import SpanStore
+from tests.integration.sidecar import running_sidecar
+from tests.otlp_helpers import MS, T0, SpanRecorder, protobuf_body, span_records
+
+PROTOBUF = {"content-type": "application/x-protobuf"}
+OVER = 300_000
+"""Bytes beyond the cap in the oversized value."""
+
+
+async def stored_spans(database_url: str, trace_id: str) -> list[SpanRecord]:
+    engine = create_engine(database_url)
+    try:
+        return await SpanStore(engine).run_spans(trace_id)
+    finally:
+        await engine.dispose()
+
+
+def truncated_total(client: httpx.Client) -> float:
+    text = client.get("/metrics").text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "faultfinder_ingest_values_truncated_total"
+    )
+
+
+def test_a_value_over_one_mebibyte_is_truncated_counted_and_its_span_stored(
+    database_url: str, tmp_path: Path
+) -> None:
+    recorder = SpanRecorder({"service.name": "limits"})
+    root = recorder.span("agent run", start=T0, end=T0 + 10 * MS)
+    huge = "ä" * ((MAX_VALUE_BYTES + OVER) // 2)  # 2-byte characters, cut on a boundary
+    recorder.span(
+        "tool call",
+        parent=root,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={"tool.output": huge, "tool.name": "fetch"},
+    )
+    body = protobuf_body(recorder.spans)
+    trace_id = f"{recorder.spans[0].context.trace_id:032x}"
+    with (
+        running_sidecar(database_url, tmp_path, FAULTFINDER_GRPC_ENABLED="false") as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=60) as client,
+    ):
+        assert client.get("/api/stats/ingest").json()["values_truncated"] == 0
+        assert truncated_total(client) == 0
+        response = client.post("/v1/traces", content=body, headers=PROTOBUF)
+        assert response.status_code == 200, response.text
+        # Nothing rejected: the span is kept, only its value is cut.
+        answer = ExportTraceServiceResponse.FromString(response.content)
+        assert not answer.HasField("partial_success")
+        stats = client.get("/api/stats/ingest").json()
+        assert stats["values_truncated"] == 1
+        assert stats["spans_acknowledged"] == 2
+        assert truncated_total(client) == 1
+        # A second request moves the running total on.
+        client.post("/v1/traces", content=body, headers=PROTOBUF).raise_for_status()
+        assert client.get("/api/stats/ingest").json()["values_truncated"] == 2
+        assert truncated_total(client) == 2
+
+    spans = {span.name: span for span in asyncio.run(stored_spans(database_url, trace_id))}
+    assert set(spans) == {"agent run", "tool call"}
+    value = spans["tool call"].attributes["tool.output"]
+    kept, marker = value.split("…[truncated ")
+    assert marker.endswith(" bytes]")
+    assert len(kept.encode()) <= MAX_VALUE_BYTES and set(kept) == {"ä"}
+    assert len(kept.encode()) + int(marker.removesuffix(" bytes]")) == len(huge.encode())
+    assert spans["tool call"].attributes["tool.name"] == "fetch"
+
+
+async def test_a_span_the_database_refuses_is_rejected_alone(store: SpanStore) -> None:
+    """On each dialect: a span time beyond 64 bits fails its whole batch in the database
+    (SQLite: OverflowError, PostgreSQL: SQLSTATE 22000); the writer isolates it, stores
+    the rest and reports it to its submitter, instead of retrying the batch forever."""
+    recorder = SpanRecorder({"service.name": "limits"})
+    for run in range(3):
+        root = recorder.span(f"run {run}", start=T0, end=T0 + 10 * MS)
+        for step in range(3):
+            recorder.span(f"step {step}", parent=root, start=T0 + step * MS, end=T0 + 2 * MS)
+    requests = [span_records(recorder.spans[i : i + 4]) for i in range(0, 12, 4)]
+    bad = requests[1][2]
+    requests[1][2] = dataclasses.replace(bad, end_time_unix_nano=2**63)
+    async with SpanWriter(
+        store.write_spans, max_queued_spans=100, max_batch_spans=100, ack_timeout=30
+    ) as writer:
+        outcomes = await asyncio.gather(*(writer.submit(spans) for spans in requests))
+        assert await writer.submit(span_records(recorder.spans[:1])) == Stored()
+    assert [outcome.rejected for outcome in outcomes] == [0, 1, 0]
+    assert bad.span_id in outcomes[1].error_message
+    assert writer.counters.spans_rejected == {UNSTORABLE: 1}
+    stored = {span.span_id for run in requests for span in await store.run_spans(run[0].trace_id)}
+    assert stored == {span.span_id for run in requests for span in run} - {bad.span_id}
