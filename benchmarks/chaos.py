@@ -775,6 +775,9 @@ class OverloadReport:
     """Spans the retrying senders gave up on: must be 0."""
     responses: dict[int, int] = field(default_factory=dict)
     throttled_without_retry_after: int = 0
+    server_refusals: dict[str, int] = field(default_factory=dict)
+    """The server's count of refused requests by reason (`requests_rejected` of
+    /api/stats/ingest): `saturated` = queue full, `inflight` = too many bytes arriving."""
     transport_errors: int = 0
     exporter_batches: int = 0
     exporter_spans_acknowledged: int = 0
@@ -788,6 +791,10 @@ class OverloadReport:
     baseline_rss_mb: float | None = None
     peak_rss_mb: float | None = None
     """The server's VmHWM after the run."""
+    rss_samples_mb: list[float] = field(default_factory=list)
+    """The server's VmRSS every `rss_interval_s` from the start of the overload until it
+    recovered: a bounded server levels off, a leaking one keeps climbing."""
+    rss_interval_s: float = 5.0
     recovery_s: float | None = None
     """Seconds from the end of the overload until every retry was acknowledged."""
     recovered: bool = False
@@ -883,6 +890,7 @@ async def _overload(
     *,
     sdk_batches: Sequence[Sequence[ReadableSpan]],
     max_in_flight: int,
+    server_pid: int | None = None,
 ) -> None:
     limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=64)
     timeout = httpx.Timeout(120.0, pool=None)
@@ -912,6 +920,14 @@ async def _overload(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_queries.wait(), 0.25)
 
+        async def rss_sampler(pid: int) -> None:
+            while True:
+                rss = process_memory_kb(pid).get("VmRSS")
+                if rss is not None:
+                    report.rss_samples_mb.append(round(rss / 1024, 1))
+                await asyncio.sleep(report.rss_interval_s)
+
+        sampler = asyncio.create_task(rss_sampler(server_pid)) if server_pid else None
         prober = asyncio.create_task(query_prober())
         exporting = asyncio.create_task(asyncio.to_thread(_export_with_sdk, url, sdk_batches))
         in_flight: set[asyncio.Task[bool]] = set()
@@ -953,6 +969,7 @@ async def _overload(
         while not drained and time.monotonic() < deadline:
             stats = (await query_client.get(url + STATS_INGEST_PATH)).json()
             drained = stats["queued_spans"] == 0
+            report.server_refusals = dict(stats.get("requests_rejected") or {})
             if not drained:
                 await asyncio.sleep(0.1)
         report.spans_stored = await _stored_spans(query_client, url) - baseline
@@ -961,6 +978,10 @@ async def _overload(
             f"{url}/v1/traces", content=probe.body, headers={"content-type": PROTOBUF}
         )
         report.recovered = drained and fresh.status_code == 200
+        if sampler is not None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
         ordered = sorted(latencies)
         if ordered:
             report.query_p50_ms = ordered[len(ordered) // 2] * 1000
@@ -1012,6 +1033,7 @@ def run_overload(
             exporter_offered,
             sdk_batches=batches,
             max_in_flight=max_in_flight,
+            server_pid=server_pid,
         )
     )
     report.spans_offered = len(offered) + len(exporter_offered)

@@ -25,7 +25,7 @@ from faultfinder.attributors.model import Attribution
 from faultfinder.server import lifecycle
 from faultfinder.server.api.attribute import AttributeController
 from faultfinder.server.api.health import HealthController
-from faultfinder.server.api.otlp import OtlpTraceController
+from faultfinder.server.api.otlp import InflightBytes, OtlpTraceController
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.ui import (
     DashboardController,
@@ -249,7 +249,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
         template_config=dashboard_templates(),
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),
         request_max_body_size=settings.max_request_bytes,
-        state=State({"settings": settings, "keyring": keys, "events": events, "metrics": metrics}),
+        state=State(
+            {
+                "settings": settings,
+                "keyring": keys,
+                "events": events,
+                "metrics": metrics,
+                "ingest_inflight": InflightBytes(settings.ingest_inflight_bytes),
+            }
+        ),
     )
 
 

@@ -38,6 +38,18 @@ def _settings(**overrides: object) -> Settings:
 @click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
 @click.option("--quiet-period", type=float, help="Seconds of silence before a run is complete.")
 @click.option(
+    "--ingest-queue-spans",
+    type=int,
+    help="Spans that may wait for the writer before ingest answers 503 "
+    "(FAULTFINDER_INGEST_QUEUE_SPANS, default 50000).",
+)
+@click.option(
+    "--ingest-inflight-bytes",
+    type=int,
+    help="Request bytes being received and decoded at once before ingest answers 503 "
+    "(FAULTFINDER_INGEST_INFLIGHT_BYTES, default 64 MiB).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -50,6 +62,8 @@ def serve(
     no_grpc: bool | None,
     database_url: str | None,
     quiet_period: float | None,
+    ingest_queue_spans: int | None,
+    ingest_inflight_bytes: int | None,
     log_level: str,
 ) -> None:
     """Run the sidecar: OTLP receivers, query API and the run lifecycle."""
@@ -64,6 +78,8 @@ def serve(
         grpc_enabled=False if no_grpc else None,
         database_url=database_url,
         quiet_period=quiet_period,
+        ingest_queue_spans=ingest_queue_spans,
+        ingest_inflight_bytes=ingest_inflight_bytes,
     )
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds an ingest request waits for its spans to be stored.",
     )
+    ingest_inflight_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        gt=0,
+        description="Request bytes ingest may hold at once while receiving and decoding; "
+        "beyond it ingest answers 503 without keeping the body.",
+    )
     retry_after: int = Field(
         default=1, ge=1, description="Seconds suggested in Retry-After when ingest is saturated."
     )

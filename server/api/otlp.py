@@ -2,7 +2,14 @@
 
 Errors follow the OTLP/HTTP spec: 400 for undecodable bodies (not retryable), 415
 for other content types, 413 over the size limits, 503 with Retry-After when the
-ingest queue is full or the store is too slow (retryable).
+ingest queue is full, too many request bytes are being received at once, or the store
+is too slow (retryable).
+
+Memory stays bounded whatever the offered load: a request is refused before its body is
+buffered when the queue is full or `ingest_inflight_bytes` are already being received
+and decoded (its body is read and dropped chunk by chunk, so the connection stays
+usable), and a request waiting for the writer holds only its decoded spans, which the
+queue limit counts.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 from google.rpc import status_pb2
 from litestar import Controller, Request, Response, post
 from litestar.datastructures import State
+from litestar.exceptions import HTTPException
 
 from faultfinder.sdk.conventions import PROJECT_HEADER
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
@@ -48,6 +56,48 @@ def _error(
     )
 
 
+class InflightBytes:
+    """Request bytes ingest holds at once (received and not yet decoded), with a limit.
+
+    One request is always admitted when nothing is held, so a body up to
+    `max_request_bytes` gets through even when it exceeds the limit on its own.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def try_acquire(self, size: int) -> bool:
+        if self.held and self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def add(self, size: int) -> None:
+        """Count bytes that arrived beyond what was reserved (a body without Content-Length)."""
+        self.held += size
+
+    def release(self, size: int) -> None:
+        self.held -= size
+
+
+def _content_length(request: Request[None, None, State]) -> int | None:
+    value = request.headers.get("content-length")
+    if value is None or not value.isdigit():
+        return None
+    return int(value)
+
+
+async def _discard_body(request: Request[None, None, State]) -> None:
+    """Read a refused request's body without keeping it, so the connection can carry the
+    next request (closing it unread could reset it before the client reads the 503)."""
+    try:
+        async for _ in request.stream():
+            pass
+    except HTTPException:
+        pass  # over the size limit: the server closes the connection after answering
+
+
 class OtlpTraceController(Controller):
     path = "/v1/traces"
     tags = ("otlp",)
@@ -71,15 +121,31 @@ class OtlpTraceController(Controller):
                 status_code=415,
             )
         as_json = content_type == JSON
-        body = await request.body()
+        inflight: InflightBytes = request.app.state.ingest_inflight
+        reserved = _content_length(request) or 0
+        # Refuse before buffering or decoding: under a retry storm, bodies held only to be
+        # refused would take the memory, and decoding them the CPU, that the writer and
+        # the query API need.
         if writer.queued_spans >= settings.ingest_queue_spans:
-            # Refuse before decoding: under a retry storm, decoding bodies only to refuse
-            # them would take the CPU the writer and the query API need.
             writer.counters.reject_request("saturated")
             message = f"ingest queue full ({writer.queued_spans} spans waiting)"
+        elif not inflight.try_acquire(reserved):
+            writer.counters.reject_request("inflight")
+            message = (
+                f"ingest busy ({inflight.held} request bytes being received, "
+                f"limit {inflight.limit})"
+            )
+        else:
+            message = ""
+        if message:
+            await _discard_body(request)
             retry = str(settings.retry_after)
             return _error(503, 14, message, as_json=as_json, **{"Retry-After": retry})
         try:
+            body = await request.body()
+            if len(body) > reserved:
+                inflight.add(len(body) - reserved)
+                reserved = len(body)
             raw = decompress(
                 body,
                 request.headers.get("content-encoding"),
@@ -88,21 +154,28 @@ class OtlpTraceController(Controller):
             project = request.headers.get(PROJECT_HEADER)
             decode = decode_json if as_json else decode_protobuf
             batch = decode(raw, project_header=project)
+            # Waiting for the writer, the request holds its decoded spans (which the queue
+            # limit counts), not its body as well.
+            del body, raw
         except BodyTooLargeError as exc:
             writer.counters.reject_request("too_large")
             return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED
         except DecodeError as exc:
             writer.counters.reject_request("undecodable")
             return _error(400, 3, f"cannot decode OTLP trace request: {exc}", as_json=as_json)
+        finally:
+            inflight.release(reserved)
         if batch.rejected:
             writer.counters.reject_spans("invalid_span", batch.rejected)
+        writer.counters.values_truncated += batch.truncated_values
         try:
-            await writer.submit(batch.spans)
+            stored = await writer.submit(batch.spans)
         except (IngestSaturatedError, IngestUnavailableError) as exc:
             retry = str(settings.retry_after)
             return _error(503, 14, str(exc), as_json=as_json, **{"Retry-After": retry})
+        message = "; ".join(filter(None, (batch.error_message, stored.error_message)))
         return Response(
-            encode_response(batch.rejected, batch.error_message, as_json=as_json),
+            encode_response(batch.rejected + stored.rejected, message, as_json=as_json),
             status_code=200,
             media_type=JSON if as_json else PROTOBUF,
         )

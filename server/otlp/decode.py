@@ -98,10 +98,15 @@ class _ValueLimits:
     max_bytes: int
     max_depth: int
     truncated: int = 0
+    short_text: int = 0
+    """Strings of at most this many characters fit `max_bytes` whatever they contain
+    (a character is at most 4 UTF-8 bytes), so the hot path checks only their length."""
+
+    def __post_init__(self) -> None:
+        self.short_text = self.max_bytes // 4
 
     def text(self, value: str) -> str:
-        # Cheap exit: a string of n characters is at most 4n bytes in UTF-8.
-        if len(value) * 4 <= self.max_bytes:
+        if len(value) <= self.short_text:
             return value
         encoded = value.encode("utf-8", "surrogatepass")
         if len(encoded) <= self.max_bytes:
@@ -323,9 +328,11 @@ def _span_record(
     limits: _ValueLimits,
 ) -> SpanRecord:
     # An all-zero parent is how some exporters spell "no parent".
-    parent = span.parent_span_id.hex() if any(span.parent_span_id) else None
+    parent_id = span.parent_span_id
+    parent = parent_id.hex() if any(parent_id) else None
+    span_status = span.status
     try:
-        status = StatusCode(span.status.code)
+        status = StatusCode(span_status.code)
     except ValueError:  # proto3 enums are open: unknown codes say nothing useful
         status = StatusCode.UNSET
     return SpanRecord(
@@ -337,12 +344,14 @@ def _span_record(
         end_time_unix_nano=span.end_time_unix_nano,
         kind=int(span.kind),
         status_code=status,
-        status_message=span.status.message,
+        status_message=span_status.message,
         attributes=_attributes(span.attributes, limits),
         events=tuple(
             SpanEvent(event.name, event.time_unix_nano, _attributes(event.attributes, limits))
             for event in span.events
-        ),
+        )
+        if span.events
+        else (),
         resource_attributes=resource_attributes,
         scope_name=scope_name,
         project=project,
@@ -351,7 +360,18 @@ def _span_record(
 
 def _attributes(pairs: Iterable[KeyValue], limits: _ValueLimits) -> dict[str, AttributeValue]:
     # Duplicate keys are a sender bug; the last one wins, as in the Collector.
-    return {pair.key: _any_value(pair.value, limits, 0) for pair in pairs}
+    attributes: dict[str, AttributeValue] = {}
+    short = limits.short_text
+    for pair in pairs:
+        value = pair.value
+        # Most attribute values are short strings: decoded here without the general
+        # walk, which is the largest part of decoding a span.
+        if value.WhichOneof("value") == "string_value":
+            text = value.string_value
+            attributes[pair.key] = text if len(text) <= short else limits.text(text)
+        else:
+            attributes[pair.key] = _any_value(value, limits, 0)
+    return attributes
 
 
 def _any_value(value: AnyValue, limits: _ValueLimits, depth: int) -> AttributeValue:

@@ -8,11 +8,15 @@ The long version (default queue size) is `faultfinder bench chaos --overload 2`.
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
-from faultfinder.benchmarks.chaos import read_stored_state, run_overload
+from faultfinder.benchmarks.chaos import ChaosTraffic, read_stored_state, run_overload
 from tests.integration.sidecar import running_sidecar
 
 QUEUE_SPANS = 500
@@ -62,3 +66,79 @@ def test_twice_the_capacity_is_shed_with_503_and_nothing_acknowledged_is_lost(
     # ≈2.5 kB each on the wire and several times that decoded).
     assert report.peak_rss_mb is not None and report.baseline_rss_mb is not None
     assert report.peak_rss_mb - report.baseline_rss_mb < PEAK_GROWTH_MB, report
+
+
+def _read_http_response(sock: socket.socket) -> bytes:
+    """One HTTP/1.1 response with a Content-Length body, read from a raw socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head
+
+
+def test_bodies_still_arriving_hold_the_inflight_budget_and_others_are_told_to_retry(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    # A slow sender holds a request body half sent. With an in-flight budget of one such
+    # body, other requests are refused at once with 503 + Retry-After instead of being
+    # buffered; the refused connection stays usable, and once the slow body is complete
+    # both it and a retried request are acknowledged and stored.
+    traffic = ChaosTraffic(runs_per_request=1, failed_interval_s=None, realistic=True)
+    slow, other = traffic.next_request(), traffic.next_request()
+    with running_sidecar(
+        sqlite_database_url,
+        tmp_path,
+        FAULTFINDER_INGEST_INFLIGHT_BYTES=str(len(slow.body)),
+        FAULTFINDER_GRPC_ENABLED="false",
+    ) as sidecar:
+        address = urlsplit(sidecar.url)
+        half = len(slow.body) // 2
+        with (
+            socket.create_connection((address.hostname, address.port), timeout=30) as sock,
+            httpx.Client(base_url=sidecar.url, timeout=30) as client,
+        ):
+            sock.sendall(
+                b"POST /v1/traces HTTP/1.1\r\nHost: sidecar\r\n"
+                b"Content-Type: application/x-protobuf\r\n"
+                + f"Content-Length: {len(slow.body)}\r\n\r\n".encode()
+                + slow.body[:half]
+            )
+            headers = {"content-type": "application/x-protobuf"}
+            deadline = time.monotonic() + 20
+            refused = None
+            while refused is None and time.monotonic() < deadline:
+                # Until the server has started on the slow request, others go through.
+                answer = client.post("/v1/traces", content=other.body, headers=headers)
+                if answer.status_code == 503:
+                    refused = answer
+                else:
+                    assert answer.status_code == 200, answer.text
+                    other = traffic.next_request()
+                    time.sleep(0.05)
+            assert refused is not None, "no request was refused while a body was arriving"
+            assert refused.headers.get("retry-after") == "1"
+            assert b"ingest busy" in refused.content
+            # The refused body was read and dropped: the client's connection goes on.
+            assert client.get("/readyz").status_code == 200
+
+            sock.sendall(slow.body[half:])
+            assert _read_http_response(sock).startswith(b"HTTP/1.1 200")
+            retried = client.post("/v1/traces", content=other.body, headers=headers)
+            assert retried.status_code == 200, retried.text
+    stored = asyncio.run(read_stored_state(sqlite_database_url)).spans
+    assert set(slow.spans) <= stored
+    assert set(other.spans) <= stored
