@@ -3,6 +3,12 @@ A2P (abduct-act-predict) and ECHO-style consensus, each behind the `Attributor` 
 
 Every method returns a validated `Attribution` or a failed one with its reason; the
 details say which structured-output rung answered and what context was left out.
+
+The learned pre-filter (`prefilter_top_k`, off by default) runs the zero-LLM step scorer
+first: its top-k steps are named to the model as hints and the log is shrunk around them
+(those steps and the step after each in full, the others cut to `prefilter_far_chars`),
+in every method where that is natural (all except step-by-step, whose walk visits every
+step anyway). The details record the candidates and which model gave them.
 """
 
 from __future__ import annotations
@@ -13,13 +19,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import anyio
 
 from faultfinder.attributors import prompts
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.heuristics import FirstError
+from faultfinder.attributors.learned import StepModel, default_model
 from faultfinder.attributors.llm import (
     CHARS_PER_TOKEN,
     ModelCallFailed,
@@ -44,18 +51,27 @@ from faultfinder.attributors.model import (
 
 __all__ = [
     "A2P",
+    "PREFILTER_FAR_CHARS",
     "AllAtOnce",
     "AnalystVote",
     "BinarySearch",
     "Consensus",
     "Hybrid",
     "LLMAttributor",
+    "PrefilterModel",
     "StepByStep",
     "Verdict",
 ]
 
 LLM_METHODS = ("all_at_once", "step_by_step", "binary_search", "hybrid", "a2p", "consensus")
 """Names of the attributors in this module: the ones that need a model endpoint."""
+
+PREFILTER_FAR_CHARS = 400
+"""Characters kept of a step far from every pre-filter candidate (start and end)."""
+
+PrefilterModel: TypeAlias = StepModel | Callable[[Trajectory], StepModel]
+"""The pre-filter's step model: one model, or a function choosing it per trajectory (e.g. the
+cross-validation fold model that never saw that trajectory)."""
 
 logger = logging.getLogger(__name__)
 
@@ -346,6 +362,11 @@ class _Run:
     options: AttributeOptions
     context: list[dict[str, Any]] = field(default_factory=list)
     """What each prompt left out of the log, when anything was."""
+    hints: tuple[prompts.Hint, ...] = ()
+    """The pre-filter's candidate steps, likeliest first (empty when it is off)."""
+    far_chars: int = PREFILTER_FAR_CHARS
+    prefilter: dict[str, Any] = field(default_factory=dict)
+    """What the pre-filter did, for the details."""
 
     @property
     def task(self) -> str:
@@ -358,19 +379,37 @@ class LLMAttributor:
 
     Configure with `settings` (a `ModelSettings`), a shared `client`, or `ModelSettings`
     fields as keyword arguments (`get_attributor("all_at_once", base_url=..., model=...)`).
+
+    The learned pre-filter: `prefilter_top_k` (0 = off; `options.extra["prefilter_top_k"]`
+    overrides it per call), `prefilter_model` (default: the packaged learned model) and
+    `prefilter_far_chars` (same override in `options.extra`).
     """
 
     name: ClassVar[str]
     completion_factor: ClassVar[int] = 1
     """Multiple of the configured max_tokens this method's replies may need."""
+    uses_prefilter: ClassVar[bool] = True
+    """Whether the method shows the pre-filter's hints and shrinks its prompts around them."""
 
     def __init__(
         self,
         settings: ModelSettings | None = None,
         *,
         client: ModelClient | None = None,
+        prefilter_top_k: int = 0,
+        prefilter_model: PrefilterModel | None = None,
+        prefilter_far_chars: int = PREFILTER_FAR_CHARS,
         **setting_overrides: Any,
     ) -> None:
+        for option, value, least in (
+            ("prefilter_top_k", prefilter_top_k, 0),
+            ("prefilter_far_chars", prefilter_far_chars, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{option} must be a whole number >= {least}, got {value!r}")
+        self.prefilter_top_k = prefilter_top_k
+        self.prefilter_model = prefilter_model
+        self.prefilter_far_chars = prefilter_far_chars
         if client is None:
             base = settings or ModelSettings()
             if setting_overrides:
@@ -390,6 +429,8 @@ class LLMAttributor:
 
         def common() -> dict[str, Any]:
             details = session.details()
+            if run.prefilter:
+                details["prefilter"] = run.prefilter
             if run.context:
                 details["context_dropped"] = run.context
             return {
@@ -402,6 +443,7 @@ class LLMAttributor:
         try:
             if not trajectory.steps:
                 raise ModelCallFailed("the trajectory has no steps")
+            self._prefilter(run)
             finding = await self._attribute(run)
         except ModelCallFailed as exc:
             return Attribution.failed(self.name, exc.reason, **common())
@@ -431,6 +473,40 @@ class LLMAttributor:
     async def _attribute(self, run: _Run) -> _Finding:
         raise NotImplementedError
 
+    def _prefilter(self, run: _Run) -> None:
+        """Score the steps with the learned model and keep its top k as the run's hints."""
+        extra = run.options.extra
+        top_k = extra.get("prefilter_top_k", self.prefilter_top_k)
+        far_chars = extra.get("prefilter_far_chars", self.prefilter_far_chars)
+        for option, value, least in (
+            ("prefilter_top_k", top_k, 0),
+            ("prefilter_far_chars", far_chars, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ModelCallFailed(
+                    f"options.extra[{option!r}] must be a whole number >= {least}, got {value!r}"
+                )
+        if top_k == 0 or not self.uses_prefilter:
+            return
+        trajectory = run.trajectory
+        source = self.prefilter_model
+        model = source(trajectory) if callable(source) else (source or default_model())
+        scores = model.score(trajectory, use_ground_truth=run.ground_truth is not None)
+        probabilities = model.distribution(scores)
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:top_k]
+        steps = trajectory.steps
+        run.hints = tuple((steps[i].index, prompts.speaker_label(steps[i])) for i in order)
+        run.far_chars = far_chars
+        run.prefilter = {
+            "top_k": top_k,
+            "far_chars": far_chars,
+            "model": str(model.training.get("prefilter_source") or "packaged learned model"),
+            "candidates": [
+                {"step": steps[i].index, "agent": steps[i].agent, "p": round(probabilities[i], 4)}
+                for i in order
+            ],
+        }
+
     def _fit(
         self,
         run: _Run,
@@ -439,15 +515,21 @@ class LLMAttributor:
         reply: ReplyFormat[Any],
         focus: int | None = None,
         purpose: str = "",
+        hinted: bool = True,
     ) -> Prompt:
-        """The prompt `build` makes around as much of `steps`' log as the context allows."""
+        """The prompt `build` makes around as much of `steps`' log as the context allows;
+        with `hinted` and pre-filter hints, shrunk around the hinted steps among `steps`."""
         settings = self.settings
         skeleton = build("")
         overhead = len(skeleton.system) + len(skeleton.user) + len(reply.json_instructions) + 64
         # Room for the reply, and for a second try that repeats the first reply.
         tokens = settings.context_tokens - 2 * settings.max_tokens * self.completion_factor - 64
         budget = int(tokens * CHARS_PER_TOKEN * 0.85) - overhead
-        rendered = prompts.render_log(steps, max(budget, 0), focus=focus)
+        shown = {step.index for step in steps}
+        keep = [step for step, _ in run.hints if step in shown] if hinted else []
+        rendered = prompts.render_log(
+            steps, max(budget, 0), focus=focus, keep=keep, far_chars=run.far_chars
+        )
         report = rendered.report()
         if report:
             run.context.append({"prompt": purpose or self.name, **report})
@@ -464,7 +546,7 @@ async def _ask_all_at_once(attributor: LLMAttributor, run: _Run) -> Verdict:
     prompt = attributor._fit(
         run,
         trajectory.steps,
-        lambda log: prompts.all_at_once_prompt(run.task, run.ground_truth, log),
+        lambda log: prompts.all_at_once_prompt(run.task, run.ground_truth, log, run.hints),
         reply,
         purpose="all_at_once",
     )
@@ -485,6 +567,7 @@ async def _is_decisive(attributor: LLMAttributor, run: _Run, index: int) -> tupl
         reply,
         focus=index,
         purpose=f"step {index}",
+        hinted=False,
     )
     decision: tuple[bool, str] = await run.session.ask(prompt, reply)
     return decision
@@ -510,6 +593,7 @@ class StepByStep(LLMAttributor):
     decisive error, and stop at the first yes (at most one call per step)."""
 
     name = "step_by_step"
+    uses_prefilter = False
 
     async def _attribute(self, run: _Run) -> _Finding:
         steps = run.trajectory.steps
@@ -559,7 +643,7 @@ class BinarySearch(LLMAttributor):
 
     @staticmethod
     def _segment_prompt(run: _Run, log: str, *, lo: int, mid: int, hi: int) -> Prompt:
-        return prompts.binary_search_prompt(run.task, run.ground_truth, log, lo, mid, hi)
+        return prompts.binary_search_prompt(run.task, run.ground_truth, log, lo, mid, hi, run.hints)
 
 
 @register("hybrid")
@@ -614,7 +698,7 @@ class A2P(LLMAttributor):
         prompt = self._fit(
             run,
             trajectory.steps,
-            lambda log: prompts.a2p_prompt(run.task, run.ground_truth, log),
+            lambda log: prompts.a2p_prompt(run.task, run.ground_truth, log, run.hints),
             reply,
         )
         answer = await run.session.ask(
@@ -665,7 +749,7 @@ class Consensus(LLMAttributor):
     """ECHO-style: K analysts with different stances each name agent, step, confidence and
     evidence; a confidence-weighted vote decides. Each analyst sees the log built around a
     focus step (full text near it, shortened far from it): `options.extra["focus_step"]`,
-    else the first-error heuristic's step.
+    else the pre-filter's top candidate when it is on, else the first-error heuristic's step.
 
     `analysts` (constructor or `options.extra["analysts"]`) picks K from the stances in
     `prompts.STANCES` (default 3).
@@ -679,9 +763,9 @@ class Consensus(LLMAttributor):
         *,
         client: ModelClient | None = None,
         analysts: int = 3,
-        **setting_overrides: Any,
+        **options: Any,
     ) -> None:
-        super().__init__(settings, client=client, **setting_overrides)
+        super().__init__(settings, client=client, **options)
         if not 1 <= analysts <= len(prompts.STANCES):
             raise ValueError(
                 f"analysts must be between 1 and {len(prompts.STANCES)}, got {analysts}"
@@ -701,7 +785,9 @@ class Consensus(LLMAttributor):
             prompt = self._fit(
                 run,
                 trajectory.steps,
-                lambda log: prompts.analyst_prompt(stance, run.task, run.ground_truth, log, focus),
+                lambda log: prompts.analyst_prompt(
+                    stance, run.task, run.ground_truth, log, focus, run.hints
+                ),
                 reply,
                 focus=focus,
                 purpose=f"analyst {stance}",
@@ -769,6 +855,9 @@ class Consensus(LLMAttributor):
         requested = run.options.extra.get("focus_step")
         if isinstance(requested, int) and 0 <= requested < len(run.trajectory):
             return requested
+        if run.hints:
+            top: int = run.hints[0][0]
+            return top
         heuristic = await FirstError().attribute(
             run.trajectory, AttributeOptions(use_ground_truth=False)
         )

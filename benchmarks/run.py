@@ -91,7 +91,7 @@ RESULTS_FILE = "results.jsonl"
 """One line per attributed record (and repeat), appended as records finish."""
 RUN_FILE = "run.json"
 """The run's identity and its sessions (each start or resume), rewritten as records finish."""
-IDENTITY_FIELDS = ("dataset", "attributor", "use_ground_truth", "model")
+IDENTITY_FIELDS = ("dataset", "attributor", "use_ground_truth", "model", "prefilter")
 """Settings that must match for a run directory to be resumed."""
 
 
@@ -116,6 +116,8 @@ class BenchmarkSettings:
     """The client settings used (without the API key); recorded, not part of the identity."""
     selection: str = "all records"
     """How the records were chosen (limit, fixed fraction, record list)."""
+    prefilter: Mapping[str, Any] | None = None
+    """The learned pre-filter of LLM methods (top_k, cv_folds, cv_seed), None when off."""
 
     @property
     def seeds(self) -> list[int]:
@@ -128,6 +130,7 @@ class BenchmarkSettings:
             "attributor": self.attributor,
             "use_ground_truth": self.use_ground_truth,
             "model": self.model,
+            "prefilter": dict(self.prefilter) if self.prefilter is not None else None,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -145,6 +148,7 @@ class BenchmarkSettings:
             "model": self.model,
             "model_settings": dict(self.model_settings),
             "selection": self.selection,
+            "prefilter": dict(self.prefilter) if self.prefilter is not None else None,
         }
 
 
@@ -749,6 +753,36 @@ def _model_settings(
         server.stop()
 
 
+def _fold_models(
+    root: Path,
+    records: Sequence[BenchmarkRecord],
+    folds: int,
+    seed: int,
+    use_ground_truth: bool,
+    console: Console,
+) -> Any:
+    """The out-of-fold pre-filter models for `records` (trained on the rest of Who&When)."""
+    from faultfinder.benchmarks.prefilter import build_fold_models
+    from faultfinder.benchmarks.train import require_training_packages
+
+    require_training_packages()
+    try:
+        everything = list(load_dataset("who_and_when", root))
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from None
+    with console.status("training out-of-fold pre-filter models") as status:
+        return build_fold_models(
+            everything,
+            records,
+            folds=folds,
+            seed=seed,
+            use_ground_truth=use_ground_truth,
+            on_fold=lambda done, total: status.update(
+                f"training out-of-fold pre-filter models: {done} of {total} folds"
+            ),
+        )
+
+
 def _selection(
     records: Sequence[BenchmarkRecord],
     limit: int | None,
@@ -880,6 +914,17 @@ def _selection(
     "--cv-seeds", type=click.IntRange(min=1), default=3, show_default=True,
     help="With --cv: fold splits with seeds S..S+N-1 (S = --seed); reports mean and spread.",
 )  # fmt: skip
+@click.option(
+    "--prefilter", "prefilter_top_k", type=click.IntRange(min=1),
+    help="LLM methods: name the learned model's top K steps to the model as hints and shorten"
+    " the log away from them. On Who&When the hints come from out-of-fold models.",
+)  # fmt: skip
+@click.option(
+    "--prefilter-cv", type=click.IntRange(min=2),
+    help="With --prefilter on Who&When: folds of the out-of-fold models (default 5, split by"
+    " --seed); each record's hints come from a model trained on the other folds. Other"
+    " datasets use the packaged model, which was trained on Who&When only.",
+)  # fmt: skip
 def run_command(
     dataset: str,
     attributor: str,
@@ -906,6 +951,8 @@ def run_command(
     datasets_dir: Path | None,
     cv_folds: int | None,
     cv_seeds: int,
+    prefilter_top_k: int | None,
+    prefilter_cv: int | None,
 ) -> None:
     """Score an attributor on a labelled dataset (accuracy, ±k, official-script, cost).
 
@@ -936,6 +983,16 @@ def run_command(
         raise click.UsageError(
             "--local-model serves its own endpoint; drop --model/--base-url/--api-key"
         )
+    on_who_and_when = dataset.strip().lower().split(":")[0] == "who_and_when"
+    if prefilter_top_k is not None and (not is_llm or attributor == "step_by_step"):
+        raise click.UsageError(
+            "--prefilter applies to the LLM methods that take hints"
+            f" ({', '.join(m for m in LLM_METHODS if m != 'step_by_step')}), not {attributor!r}"
+        )
+    if prefilter_cv is not None and (prefilter_top_k is None or not on_who_and_when):
+        raise click.UsageError("--prefilter-cv needs --prefilter and a who_and_when dataset")
+    if prefilter_top_k is not None and on_who_and_when:
+        prefilter_cv = prefilter_cv or 5
     root = resolve_datasets_dir(datasets_dir)
     try:
         everything = list(load_dataset(dataset, root))
@@ -962,8 +1019,27 @@ def run_command(
         return
     if concurrency is None:
         concurrency = 1 if local_model is not None else 4
-    out_dir = out if out is not None else _default_out_dir(dataset, attributor)
     stderr = Console(stderr=True)
+    prefilter: dict[str, Any] | None = None
+    prefilter_config: dict[str, Any] = {}
+    label = attributor if prefilter_top_k is None else f"{attributor}-prefilter{prefilter_top_k}"
+    out_dir = out if out is not None else _default_out_dir(dataset, label)
+    if prefilter_top_k is not None:
+        prefilter = {"top_k": prefilter_top_k, "cv_folds": prefilter_cv, "cv_seed": None}
+        prefilter_config["prefilter_top_k"] = prefilter_top_k
+        if prefilter_cv is not None:
+            prefilter["cv_seed"] = seed
+            # Refuse a directory made with another pre-filter before spending time on training.
+            try:
+                recorded = _read_run_file(out_dir) if resume else None
+                if recorded is not None:
+                    identity = recorded["identity"]
+                    _check_identity(out_dir, identity, {**identity, "prefilter": prefilter})
+            except ResumeMismatch as exc:
+                raise click.ClickException(str(exc)) from None
+            prefilter_config["prefilter_model"] = _fold_models(
+                root, records, prefilter_cv, seed, with_ground_truth, stderr
+            )
 
     # One request at a time per record keeps a single local server from thrashing.
     given_model.setdefault("concurrency", concurrency)
@@ -973,7 +1049,7 @@ def run_command(
             is_llm, local_model, given_model, out_dir, context_tokens, local_threads, stderr
         ) as model_settings,
     ):
-        config: dict[str, Any] = {}
+        config: dict[str, Any] = dict(prefilter_config)
         model_identity: str | None = None
         recorded_model: dict[str, Any] = {}
         if model_settings is not None:
@@ -999,6 +1075,7 @@ def run_command(
             model=model_identity,
             model_settings=recorded_model,
             selection=selection,
+            prefilter=prefilter,
         )
         progress = Progress(
             TextColumn("[bold]{task.description}"),

@@ -17,6 +17,7 @@ from faultfinder.benchmarks.datasets import (
     load_dataset,
     resolve_datasets_dir,
 )
+from faultfinder.benchmarks.prefilter import build_fold_models
 from faultfinder.benchmarks.run import RESULTS_FILE, read_results
 from faultfinder.benchmarks.subsets import (
     FIXED_SUBSET_SEED,
@@ -25,6 +26,7 @@ from faultfinder.benchmarks.subsets import (
     parse_fraction,
     pick_fraction,
 )
+from faultfinder.benchmarks.train import ModelConfig, stratified_folds
 from faultfinder.server.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
@@ -245,3 +247,89 @@ def test_unknown_record_ids_and_bad_fractions_are_clean_errors(
     for text in ("0", "4/3", "a third"):
         with pytest.raises(SubsetError, match="fraction"):
             parse_fraction(text)
+
+
+# --- the learned pre-filter ---------------------------------------------------------------------
+
+
+def test_prefilter_hints_come_from_out_of_fold_models_and_resume_keeps_k_apart(
+    datasets_dir: Path, ag_records: list[BenchmarkRecord], tmp_path: Path
+) -> None:
+    # Two records held out by the same fold: one fold model to train keeps the test short.
+    everything = list(load_dataset("who_and_when", datasets_dir))
+    fold = next(f for f in stratified_folds([r.subset for r in everything], 5, 0) if f)
+    chosen = [everything[i] for i in fold if everything[i].subset == ag_records[0].subset][:2]
+    listing = tmp_path / "records.txt"
+    listing.write_text("".join(f"{r.record_id}\n" for r in chosen), encoding="utf-8")
+    out = tmp_path / "out"
+    stub = StubLLM(replies_for(chosen, usage=(300, 40)))
+    with stub.running():
+        summary = summary_of(
+            bench(datasets_dir, out, "--attributor", "all_at_once", "--records", str(listing),
+                  "--concurrency", "1", "--base-url", stub.base_url, "--prefilter", "3")
+        )  # fmt: skip
+    assert summary["settings"]["prefilter"] == {"top_k": 3, "cv_folds": 5, "cv_seed": 0}
+    assert len(stub.completions) == 2
+    for request in stub.completions:
+        prompt = request["messages"][-1]["content"]
+        assert "Hint:" in prompt and prompt.index("</log>") < prompt.index("Hint:")
+    lines = read_results(out / RESULTS_FILE)
+    assert {line["record_id"] for line in lines} == {r.record_id for r in chosen}
+    for line in lines:
+        recorded = line["attribution"]["details"]["prefilter"]
+        assert recorded["model"].startswith("out-of-fold model: fold ")
+        assert len(recorded["candidates"]) == 3
+    before = (out / RESULTS_FILE).read_bytes()
+    for other in (("--prefilter", "2"), ()):
+        result = bench(datasets_dir, out, "--attributor", "all_at_once", "--records",
+                       str(listing), "--base-url", "http://127.0.0.1:9/v1", *other)  # fmt: skip
+        assert result.exit_code == 1, result.output
+        assert "prefilter =" in result.output and "Traceback" not in result.output
+    assert (out / RESULTS_FILE).read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--attributor", "first_error", "--prefilter", "3"), "--prefilter applies"),
+        (("--attributor", "step_by_step", "--prefilter", "3"), "--prefilter applies"),
+        (("--attributor", "all_at_once", "--prefilter-cv", "3"), "--prefilter-cv needs"),
+    ],
+)
+def test_prefilter_misuse_is_a_usage_error(
+    datasets_dir: Path, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    result = bench(datasets_dir, tmp_path, *args)
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / RESULTS_FILE).exists()
+
+
+def test_fold_models_never_saw_the_records_they_hint_about(
+    datasets_dir: Path, ag_records: list[BenchmarkRecord]
+) -> None:
+    everything = list(load_dataset("who_and_when", datasets_dir))
+    hand_crafted = [r for r in everything if r.subset != ag_records[0].subset]
+    needed = [*ag_records[:6], *hand_crafted[:3]]
+    folds = build_fold_models(
+        everything, needed, folds=5, seed=0, grid=(ModelConfig(kind="linear", l2=10.0),),
+        inner_folds=2,
+    )  # fmt: skip
+    ids = {r.record_id for r in everything}
+    used = set()
+    for record in needed:
+        fold = folds.fold_of[record.trajectory.run_id]
+        model = folds(record.trajectory)
+        assert model is folds.models[fold]
+        assert record.record_id not in folds.trained_on[fold]
+        assert str(fold + 1) in str(model.training["prefilter_source"])
+        used.add(fold)
+    assert len(used) > 1  # the records spread over several folds
+    held_out: list[str] = []
+    for fold, trained in folds.trained_on.items():
+        out = {r.record_id for r in everything if folds.fold_of[r.trajectory.run_id] == fold}
+        assert trained == ids - out and len(trained) >= len(ids) * 3 // 4
+        held_out += out
+    assert len(held_out) == len(set(held_out))  # folds are disjoint
+    stranger = ag_records[0].trajectory.model_copy(update={"run_id": "elsewhere/1"})
+    with pytest.raises(ValueError, match="no out-of-fold pre-filter model"):
+        folds(stranger)
