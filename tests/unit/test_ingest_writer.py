@@ -201,6 +201,16 @@ async def stored_ids(store: SpanStore, requests: list[list[SpanRecord]]) -> set[
     return found
 
 
+async def submit_as_one_batch(
+    writer: SpanWriter, gate: Gate, requests: Sequence[Sequence[SpanRecord]]
+) -> list[Any]:
+    """Queue every request while the gate is shut, so the writer takes them as one batch."""
+    pending = [asyncio.create_task(writer.submit(r)) for r in requests]
+    await asyncio.sleep(0.05)
+    gate.open.set()
+    return list(await asyncio.gather(*pending))
+
+
 @pytest.mark.parametrize("poison", [beyond_int64, lone_surrogate])
 async def test_an_unstorable_span_is_rejected_alone_and_later_batches_flow(
     sqlite_store: SpanStore, poison: Callable[[SpanRecord], SpanRecord], caplog: Any
@@ -213,10 +223,7 @@ async def test_an_unstorable_span_is_rejected_alone_and_later_batches_flow(
         async with SpanWriter(
             gate.write, max_queued_spans=1000, max_batch_spans=1000, ack_timeout=10
         ) as writer:
-            pending = [asyncio.create_task(writer.submit(r)) for r in requests]
-            await asyncio.sleep(0.05)
-            gate.open.set()
-            outcomes = await asyncio.gather(*pending)
+            outcomes = await submit_as_one_batch(writer, gate, requests)
             # The queue keeps flowing: the next request is stored and acknowledged at once.
             later = run_spans(99)
             assert await asyncio.wait_for(writer.submit(later), 5) == Stored()
@@ -259,10 +266,7 @@ async def test_a_constraint_violation_for_one_span_id_rejects_only_that_span(
     async with SpanWriter(
         gate.write, max_queued_spans=1000, max_batch_spans=1000, ack_timeout=10
     ) as writer:
-        pending = [asyncio.create_task(writer.submit(r)) for r in requests]
-        await asyncio.sleep(0.05)
-        gate.open.set()
-        outcomes = await asyncio.gather(*pending)
+        outcomes = await submit_as_one_batch(writer, gate, requests)
     assert [o.rejected for o in outcomes] == [0, 1, 0]
     assert "IntegrityError" in outcomes[1].error_message
     assert await stored_ids(sqlite_store, requests) == {s.span_id for r in requests for s in r} - {
