@@ -274,4 +274,7 @@ def attribution_config_for(settings: Settings) -> dict[str, dict[str, Any]]:
         "concurrency": settings.llm_concurrency,
     }
     model = ModelSettings(**{name: value for name, value in given.items() if value is not None})
-    return {name: {"settings": model} for name in LLM_METHODS}
+    return {
+        name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
+        for name in LLM_METHODS
+    }

@@ -156,6 +156,12 @@ class Settings(BaseSettings):
     )
     llm_timeout: float = Field(default=120.0, gt=0, description="Seconds per LLM request.")
     llm_concurrency: int = Field(default=2, ge=1, description="LLM requests at once.")
+    llm_prefilter_top_k: int = Field(
+        default=0,
+        ge=0,
+        description="Learned pre-filter for LLM attributors: name the zero-LLM scorer's top-k "
+        "steps to the model as hints and shorten steps away from them (0 = off).",
+    )
 
     @field_validator(
         "attributors", "plugins", "api_keys", "ingest_keys", "webhook_urls", mode="before"

@@ -24,6 +24,7 @@ def test_argument_beats_environment_beats_default(monkeypatch: pytest.MonkeyPatc
         ("FAULTFINDER_QUIET_PERIOD", "soon", "quiet_period"),
         ("FAULTFINDER_DATABASE_URL", "mysql://x/y", "database_url"),
         ("FAULTFINDER_INGEST_QUEUE_SPANS", "0", "ingest_queue_spans"),
+        ("FAULTFINDER_LLM_PREFILTER_TOP_K", "-1", "llm_prefilter_top_k"),
     ],
 )
 def test_invalid_values_stop_start_up_naming_the_field(
@@ -45,3 +46,22 @@ def test_settings_are_frozen() -> None:
     settings = load_settings()
     with pytest.raises(ValueError):
         settings.port = 1  # type: ignore[misc]
+
+
+def test_the_llm_prefilter_setting_reaches_every_llm_attributor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from faultfinder.attributors.base import get_attributor
+    from faultfinder.server.app import attribution_config_for
+
+    monkeypatch.setenv("FAULTFINDER_LLM_PREFILTER_TOP_K", "3")
+    monkeypatch.setenv("FAULTFINDER_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    config = attribution_config_for(load_settings())
+    assert "all_at_once" in config
+    for name, arguments in config.items():
+        attributor = get_attributor(name, **arguments)
+        assert attributor.prefilter_top_k == 3, name  # type: ignore[attr-defined]
+    monkeypatch.delenv("FAULTFINDER_LLM_PREFILTER_TOP_K")
+    assert (
+        get_attributor("a2p", **attribution_config_for(load_settings())["a2p"]).prefilter_top_k == 0
+    )  # type: ignore[attr-defined]
