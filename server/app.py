@@ -211,7 +211,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 if settings.audit:
                     await daemons.enter_async_context(
                         OnlineAuditor(
-                            store, alarms, interval=settings.audit_interval, on_alarm=raise_alarm
+                            store,
+                            alarms,
+                            interval=settings.audit_interval,
+                            busy_share=settings.audit_busy_share,
+                            on_alarm=raise_alarm,
                         )
                     )
                 if settings.workers:

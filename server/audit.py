@@ -4,6 +4,14 @@ The daemon looks at running runs whose span count changed, assembles their prefi
 and feeds it to the learned model's prefix-only `Auditor`. The first step above the
 threshold becomes an alarm (one per run), stored, counted and announced before the
 run ends.
+
+The event loop also serves ingest, so a pass keeps its share of it small: the spans of
+the changed runs are read in a few batched queries, assembling and scoring (pure CPU,
+most of a pass) run in one worker thread, and the pass's alarms are stored in one
+statement per batch. Runs that already raised their alarm are not read again. The GIL
+still lets only one thread run Python at a time, so under a flood of new runs the
+auditor rests between batches (`busy_share`) and leaves the rest of the process's time
+to ingest: it then audits fewer of the runs, later, rather than slowing ingest down.
 """
 
 from __future__ import annotations
@@ -12,9 +20,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import anyio
+import anyio.to_thread
 from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,13 +32,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faultfinder.attributors.auditor import Alarm, Auditor
 from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.db.models import AlarmTable, RunStatus
-from faultfinder.server.store import SpanStore
+from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.store import RunRow, SpanStore
 
 log = logging.getLogger(__name__)
 
 ALARMS: Table = AlarmTable.__table__  # type: ignore[attr-defined]
 
 OnAlarm = Callable[[Alarm], Awaitable[None]]
+
+AUDIT_BATCH_RUNS = 100
+"""Runs read, scored and stored together; bounds the spans a pass holds at once."""
+AUDIT_BUSY_SHARE = 0.5
+"""Most of the wall-clock time a pass spends auditing; it rests for the remainder."""
 
 
 @dataclass(frozen=True)
@@ -50,19 +66,32 @@ class AlarmStore:
 
     async def add(self, alarm: Alarm) -> bool:
         """Store the run's alarm; False when the run already has one (or is gone)."""
-        values = {
-            "run_id": alarm.run_id,
-            "step": alarm.step,
-            "agent": alarm.agent,
-            "score": alarm.score,
-            "threshold": alarm.threshold,
-            "steps_seen": alarm.steps_seen,
-            "created_at": time.time_ns(),
-        }
-        statement = self._insert(ALARMS).values(values).on_conflict_do_nothing()
+        return bool(await self.add_many([alarm]))
+
+    async def add_many(self, alarms: Sequence[Alarm]) -> list[Alarm]:
+        """Store alarms (at most one per run) in one statement; returns those stored, in
+        order. An alarm is skipped when its run already has one (or is gone)."""
+        if not alarms:
+            return []
+        now = time.time_ns()
+        values = [
+            {
+                "run_id": alarm.run_id,
+                "step": alarm.step,
+                "agent": alarm.agent,
+                "score": alarm.score,
+                "threshold": alarm.threshold,
+                "steps_seen": alarm.steps_seen,
+                "created_at": now,
+            }
+            for alarm in alarms
+        ]
+        statement = (
+            self._insert(ALARMS).values(values).on_conflict_do_nothing().returning(ALARMS.c.run_id)
+        )
         async with self._engine.begin() as conn:
-            result = await conn.execute(statement.returning(ALARMS.c.id))
-            return result.first() is not None
+            stored = {row.run_id for row in await conn.execute(statement)}
+        return [alarm for alarm in alarms if alarm.run_id in stored]
 
     async def for_runs(self, run_ids: list[str]) -> dict[str, StoredAlarm]:
         if not run_ids:
@@ -102,15 +131,22 @@ class OnlineAuditor:
         interval: float = 1.0,
         on_alarm: OnAlarm | None = None,
         max_runs: int = 500,
+        batch_runs: int = AUDIT_BATCH_RUNS,
+        busy_share: float = AUDIT_BUSY_SHARE,
     ) -> None:
+        if not 0 < busy_share <= 1:
+            raise ValueError(f"busy_share must be in (0, 1], not {busy_share}")
         self._store = store
         self._alarms = alarms
         self._auditor = auditor
         self._interval = interval
         self._on_alarm = on_alarm
         self._max_runs = max_runs
+        self._batch_runs = batch_runs
+        self._rest_per_busy = 1 / busy_share - 1
         self._seen: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
 
     async def __aenter__(self) -> OnlineAuditor:
         if self._auditor is None:
@@ -133,23 +169,57 @@ class OnlineAuditor:
             await asyncio.sleep(self._interval)
 
     async def audit_once(self) -> list[Alarm]:
-        """One pass over running runs whose span count changed; returns new alarms."""
+        """One pass over running runs whose span count changed; returns new alarms.
+
+        Also usable without starting the daemon (given an `auditor`)."""
         assert self._auditor is not None
         rows, _ = await self._store.list_runs(status=RunStatus.RUNNING.value, limit=self._max_runs)
         running = {row.id: row for row in rows}
         for run_id in set(self._seen) - set(running):
             self._seen.pop(run_id, None)
             self._auditor.forget(run_id)
-        raised = []
-        for run_id, row in running.items():
-            if self._seen.get(run_id) == row.n_spans:
+        changed = []
+        for row in rows:
+            if self._seen.get(row.id) == row.n_spans:
                 continue
-            self._seen[run_id] = row.n_spans
-            prefix = assemble_trajectory(run_id, await self._store.run_spans(run_id))
-            alarm = self._auditor.observe(prefix)
-            if alarm is not None and await self._alarms.add(alarm):
-                raised.append(alarm)
-                log.info("early alarm on run %s: step %d (%s)", run_id, alarm.step, alarm.agent)
-                if self._on_alarm is not None:
-                    await self._on_alarm(alarm)
+            if self._auditor.alarm_once and self._auditor.alarm(row.id) is not None:
+                # Its one alarm is raised: new steps cannot raise another.
+                self._seen[row.id] = row.n_spans
+                continue
+            changed.append(row)
+        raised: list[Alarm] = []
+        for start in range(0, len(changed), self._batch_runs):
+            began = time.monotonic()
+            raised.extend(await self._audit_batch(changed[start : start + self._batch_runs]))
+            if self._rest_per_busy:
+                await asyncio.sleep((time.monotonic() - began) * self._rest_per_busy)
         return raised
+
+    async def _audit_batch(self, rows: Sequence[RunRow]) -> list[Alarm]:
+        if self._limiter is None:
+            # One scoring thread: the `Auditor`'s per-run state is not shared between
+            # threads, and more threads would only contend for the GIL with the event loop.
+            self._limiter = anyio.CapacityLimiter(1)
+        spans = await self._store.spans_of_runs([row.id for row in rows])
+        found = await anyio.to_thread.run_sync(
+            self._score, [(row.id, spans.get(row.id, [])) for row in rows], limiter=self._limiter
+        )
+        # Marked seen only once scored: a pass that fails before this retries the runs.
+        for row in rows:
+            self._seen[row.id] = row.n_spans
+        raised = await self._alarms.add_many(found)
+        for alarm in raised:
+            log.info("early alarm on run %s: step %d (%s)", alarm.run_id, alarm.step, alarm.agent)
+            if self._on_alarm is not None:
+                await self._on_alarm(alarm)
+        return raised
+
+    def _score(self, runs: Sequence[tuple[str, Sequence[SpanRecord]]]) -> list[Alarm]:
+        """Assemble and score each run's prefix (worker thread; pure CPU)."""
+        assert self._auditor is not None
+        alarms = []
+        for run_id, spans in runs:
+            alarm = self._auditor.observe(assemble_trajectory(run_id, spans))
+            if alarm is not None:
+                alarms.append(alarm)
+        return alarms

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faultfinder.server.ingest import WriteSpans
-from faultfinder.server.otlp.mapping import run_facts
+from faultfinder.server.otlp.mapping import run_id_of
 from faultfinder.server.otlp.model import SpanRecord
 
 log = logging.getLogger(__name__)
@@ -153,10 +153,10 @@ def announcing(write: WriteSpans, bus: EventBus, *, group_by_conversation: bool)
     async def write_and_announce(spans: Sequence[SpanRecord]) -> int:
         stored: int = await write(spans)
         if stored:
+            # Only the run ids: the store already read each span's other run facts.
             runs = list(
                 dict.fromkeys(
-                    run_facts(span, group_by_conversation=group_by_conversation).run_id
-                    for span in spans
+                    run_id_of(span, group_by_conversation=group_by_conversation) for span in spans
                 )
             )
             listed = runs if len(runs) <= MAX_RUN_IDS else []

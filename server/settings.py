@@ -124,6 +124,13 @@ class Settings(BaseSettings):
     audit_interval: float = Field(
         default=1.0, gt=0, description="Seconds between the online auditor's passes."
     )
+    audit_busy_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Share of the process's time the online auditor may take while runs "
+        "keep arriving; lower favours ingest throughput over early alarms during a flood.",
+    )
     api_keys: CommaList = Field(
         default=[],
         repr=False,

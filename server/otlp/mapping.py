@@ -14,11 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from faultfinder.attributors.model import StepKind, StepStatus
 from faultfinder.sdk import conventions as c
 from faultfinder.server.otlp.model import AttributeValue, SpanRecord, StatusCode
 
-__all__ = ["MappedSpan", "RunFacts", "as_text", "map_span", "run_facts"]
+__all__ = ["MappedSpan", "RunFacts", "as_text", "map_span", "run_facts", "run_id_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +55,20 @@ def as_text(value: object) -> str | None:
         return str(value)
 
 
-def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFacts:
-    """Run-level facts of one span (root status, outcome, task, answers)."""
+def run_id_of(span: SpanRecord, *, group_by_conversation: bool = False) -> str:
+    """The run one span belongs to (`RunFacts.run_id`), without the other facts: the
+    event bus needs only this for every stored span."""
     attrs = span.attributes
     run_id = as_text(attrs.get(c.RUN_ID))
     if run_id is None and group_by_conversation:
         run_id = as_text(attrs.get(c.GEN_AI_CONVERSATION_ID) or attrs.get(c.OI_SESSION_ID))
-    if run_id is None:
-        run_id = span.trace_id
+    return span.trace_id if run_id is None else run_id
+
+
+def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFacts:
+    """Run-level facts of one span (root status, outcome, task, answers)."""
+    attrs = span.attributes
+    run_id = run_id_of(span, group_by_conversation=group_by_conversation)
     is_root = span.parent_span_id is None
     outcome = as_text(attrs.get(c.RUN_OUTCOME))
     outcome = outcome.strip().lower() if outcome else None
@@ -165,24 +173,31 @@ def map_span(span: SpanRecord) -> MappedSpan:
     tool_arguments = _first_present(tool_arguments, as_text(attrs.get(c.OI_TOOL_PARAMETERS)))
     is_agent_span = operation == c.OP_INVOKE_AGENT or oi_kind == c.OI_KIND_AGENT
 
+    # One look for flattened OpenInference messages instead of a scan per question.
+    flattened = any(key.startswith(_OI_FLATTENED_PREFIXES) for key in attrs)
     content = _first_present(
         as_text(attrs.get(c.STEP_CONTENT)),
         _messages_text(attrs.get(c.GEN_AI_OUTPUT_MESSAGES)),
-        _openinference_messages_text(attrs, c.OI_LLM_OUTPUT_MESSAGES),
+        _openinference_messages_text(attrs, c.OI_LLM_OUTPUT_MESSAGES, flattened=flattened),
         as_text(attrs.get(c.OI_OUTPUT_VALUE)),
         tool_result,
         # pydantic-ai puts an agent run's output here rather than in output messages.
         as_text(attrs.get(c.PYDANTIC_AI_FINAL_RESULT)) if is_agent_span else None,
     )
+    # The input messages answer two questions (all text, the user's text): decoded once.
+    raw_input = attrs.get(c.GEN_AI_INPUT_MESSAGES)
+    input_messages = _decode_messages(raw_input)
     input_text = _first_present(
-        _messages_text(attrs.get(c.GEN_AI_INPUT_MESSAGES)),
-        _openinference_messages_text(attrs, c.OI_LLM_INPUT_MESSAGES),
+        _messages_text(raw_input, decoded=input_messages),
+        _openinference_messages_text(attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened),
         as_text(attrs.get(c.OI_INPUT_VALUE)),
         tool_arguments,
     )
     user_input = _first_present(
-        _messages_text(attrs.get(c.GEN_AI_INPUT_MESSAGES), role="user"),
-        _openinference_messages_text(attrs, c.OI_LLM_INPUT_MESSAGES, role="user"),
+        _messages_text(raw_input, role="user", decoded=input_messages),
+        _openinference_messages_text(
+            attrs, c.OI_LLM_INPUT_MESSAGES, role="user", flattened=flattened
+        ),
     )
     step_index = _index(attrs.get(c.STEP_INDEX))
     explicit = step_index is not None or any(
@@ -285,22 +300,42 @@ def _exception_text(span: SpanRecord) -> str | None:
 # --- GenAI messages (`[{role, parts: [{type, content}]}]` as JSON) ---------------------
 
 
-def _messages_text(value: AttributeValue, *, role: str | None = None) -> str | None:
-    """Text of GenAI-semconv messages; with `role`, of the first message in that role.
-
-    A value that is not JSON is returned as it is (unless a role is asked for).
-    """
+def _decode_messages(value: AttributeValue) -> list[Any] | None:
+    """GenAI-semconv messages as a list (one message becomes a list of one); None when
+    `value` is absent or not messages."""
     if value is None:
         return None
     messages: Any = value
     if isinstance(value, str | bytes):
         try:
-            messages = json.loads(value)
-        except (ValueError, RecursionError):
-            return None if role else as_text(value)
+            messages = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            # orjson refuses some JSON the standard library reads (integers beyond 64
+            # bits, NaN, lone surrogates): ask it before giving up.
+            try:
+                messages = json.loads(value)
+            except (ValueError, RecursionError):
+                return None
     if isinstance(messages, dict):
         messages = [messages]
-    if not isinstance(messages, list):
+    return messages if isinstance(messages, list) else None
+
+
+_UNDECODED: Any = object()
+
+
+def _messages_text(
+    value: AttributeValue, *, role: str | None = None, decoded: list[Any] | None = _UNDECODED
+) -> str | None:
+    """Text of GenAI-semconv messages; with `role`, of the first message in that role.
+
+    A value that is not JSON is returned as it is (unless a role is asked for).
+    `decoded` is `_decode_messages(value)` when the caller already has it.
+    """
+    if value is None:
+        return None
+    messages = _decode_messages(value) if decoded is _UNDECODED else decoded
+    if messages is None:
         return None if role else as_text(value)
     texts: list[str] = []
     for message in messages:
@@ -365,13 +400,24 @@ _OI_TOOL_CALL = re.compile(
 )
 
 
+_OI_FLATTENED_PREFIXES = (c.OI_LLM_INPUT_MESSAGES + ".", c.OI_LLM_OUTPUT_MESSAGES + ".")
+
+
 def _openinference_messages_text(
-    attrs: Mapping[str, AttributeValue], prefix: str, *, role: str | None = None
+    attrs: Mapping[str, AttributeValue],
+    prefix: str,
+    *,
+    role: str | None = None,
+    flattened: bool = True,
 ) -> str | None:
-    """Text of `prefix.N.message.*` attributes; with `role`, of the first message in it."""
+    """Text of `prefix.N.message.*` attributes; with `role`, of the first message in it.
+
+    `flattened=False` says no attribute starts with either message prefix (no scan)."""
     unflattened = attrs.get(prefix)
     if unflattened is not None:
         return _messages_text(unflattened, role=role)
+    if not flattened:
+        return None
     messages: dict[int, dict[str, AttributeValue]] = {}
     start = prefix + "."
     for key, value in attrs.items():

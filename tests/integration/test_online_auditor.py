@@ -7,9 +7,11 @@ from pathlib import Path
 
 import httpx
 
-from faultfinder.attributors.auditor import Alarm
+from faultfinder.attributors.auditor import Alarm, Auditor
 from faultfinder.benchmarks.datasets import load_dataset
+from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.audit import AlarmStore, OnlineAuditor
+from faultfinder.server.otlp.mapping import run_facts
 from faultfinder.server.store import SpanStore
 from tests.integration.sidecar import running_sidecar
 from tests.otlp_helpers import protobuf_body, span_records, trajectory_spans
@@ -47,6 +49,46 @@ async def test_alarms_are_raised_from_the_prefix_of_runs_still_running(store: Sp
     stored = await alarms.for_runs([alarm.run_id for alarm in announced])
     assert {run_id: (a.step, a.agent) for run_id, a in stored.items()} == {
         alarm.run_id: (alarm.step, alarm.agent) for alarm in announced
+    }
+
+
+async def test_a_pass_over_many_runs_raises_the_alarms_of_auditing_each_run_alone(
+    store: SpanStore,
+) -> None:
+    # More changed runs than one batch of the pass (batches of 2 runs here).
+    records = [r for r in load_dataset("who_and_when:hand-crafted") if len(r.trajectory) > 30][:8]
+    run_ids = []
+    for record in records:
+        spans = span_records(trajectory_spans(record.trajectory))
+        await store.write_spans(spans)
+        run_ids.append(run_facts(spans[0]).run_id)
+    alone = Auditor()
+    expected = {}
+    for run_id in run_ids:
+        alarm = alone.observe(assemble_trajectory(run_id, await store.run_spans(run_id)))
+        if alarm is not None:
+            expected[run_id] = alarm
+    assert len(expected) >= 2, "too few alarms to compare"
+    # Another replica already stored one run's alarm: this one does not announce it again.
+    elsewhere = next(iter(expected.values()))
+    alarms = AlarmStore(store.engine)
+    assert await alarms.add(elsewhere)
+    announced: list[Alarm] = []
+
+    async def on_alarm(alarm: Alarm) -> None:
+        announced.append(alarm)
+
+    # Passes run here, without the daemon's own.
+    auditor = OnlineAuditor(store, alarms, auditor=Auditor(), on_alarm=on_alarm, batch_runs=2)
+    raised = await auditor.audit_once()
+    assert await auditor.audit_once() == []  # nothing changed since
+    assert announced == raised
+    assert {a.run_id: a for a in raised} == {
+        run_id: alarm for run_id, alarm in expected.items() if run_id != elsewhere.run_id
+    }
+    stored = await alarms.for_runs(run_ids)
+    assert {run_id: (a.step, a.agent) for run_id, a in stored.items()} == {
+        run_id: (a.step, a.agent) for run_id, a in expected.items()
     }
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from faultfinder.attributors.model import StepKind, StepStatus
 from faultfinder.sdk import conventions as c
-from faultfinder.server.otlp.mapping import MappedSpan, map_span, run_facts
+from faultfinder.server.otlp.mapping import MappedSpan, map_span, run_facts, run_id_of
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord
 from tests.otlp_helpers import MS, T0, SpanRecorder, input_messages, output_messages, span_records
 
@@ -412,6 +412,9 @@ known_keys = st.sampled_from(
         c.OI_OUTPUT_VALUE,
         c.ERROR_TYPE,
         c.GEN_AI_USAGE_INPUT_TOKENS,
+        c.RUN_ID,
+        c.GEN_AI_CONVERSATION_ID,
+        c.OI_SESSION_ID,
     ]
 )
 
@@ -433,7 +436,30 @@ def test_any_attribute_values_map_without_raising(attributes: dict[str, Any], ev
     facts = map_span(record)
     assert facts.content is None or isinstance(facts.content, str)
     assert facts.agent is None or isinstance(facts.agent, str)
-    run_facts(record)
+    for grouping in (False, True):
+        # The event bus reads only the run id: it must name the run the store files under.
+        run_id = run_facts(record, group_by_conversation=grouping).run_id
+        assert run_id_of(record, group_by_conversation=grouping) == run_id
+
+
+def test_input_messages_only_the_standard_json_reader_accepts_are_still_read() -> None:
+    # A client serialising with Python's json may send NaN and integers beyond 64 bits.
+    messages = (
+        '[{"role": "system", "parts": [{"type": "text", "content": "Be brief."}],'
+        ' "seed": 123456789012345678901234567890},'
+        ' {"role": "user", "parts": [{"type": "text", "content": "Sum the column."}],'
+        ' "temperature": NaN}]'
+    )
+    facts = mapped(
+        {
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_INPUT_MESSAGES: messages,
+            c.GEN_AI_OUTPUT_MESSAGES: output_messages("42"),
+        }
+    )
+    assert facts.input == "Be brief.\nSum the column."
+    assert facts.user_input == "Sum the column."
+    assert facts.content == "42"
 
 
 def test_run_facts_read_outcome_and_answers() -> None:

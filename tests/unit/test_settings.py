@@ -25,6 +25,7 @@ def test_argument_beats_environment_beats_default(monkeypatch: pytest.MonkeyPatc
         ("FAULTFINDER_DATABASE_URL", "mysql://x/y", "database_url"),
         ("FAULTFINDER_INGEST_QUEUE_SPANS", "0", "ingest_queue_spans"),
         ("FAULTFINDER_LLM_PREFILTER_TOP_K", "-1", "llm_prefilter_top_k"),
+        ("FAULTFINDER_AUDIT_BUSY_SHARE", "0", "audit_busy_share"),
     ],
 )
 def test_invalid_values_stop_start_up_naming_the_field(
