@@ -122,6 +122,37 @@ async def test_text_with_nul_characters_is_stored_without_blocking_the_batch(
     assert stored[good.span_id] == good
 
 
+async def test_spans_sharing_a_resource_read_back_with_their_own_json(store: SpanStore) -> None:
+    # Spans decoded from one OTLP resource share its attribute dict; two resources are
+    # interleaved in one batch, with values JSON lacks (bytes, NUL, 2**70) in both.
+    agents = {"service.name": "agents", "host.id": b"\x01\x02", "note": "a\x00b"}
+    tools = {"service.name": "tools", "big": 2**70}
+    sent = [
+        SpanRecord(
+            **{
+                **_fields(span("r1", start=i, attrs={"i": i, "blob": b"\xff", "set": (1, 2)})),
+                "resource_attributes": agents if i % 2 else tools,
+                "events": (SpanEvent("retry", T0 + i, {"n": i, "raw": b"x"}),) if i % 3 else (),
+            }
+        )
+        for i in range(12)
+    ]
+    assert await store.write_spans(sent) == 12
+    stored = {s.span_id: s for s in await store.run_spans(trace_id("r1"))}
+    for i, original in enumerate(sent):
+        back = stored[original.span_id]
+        expected_resource = (
+            {"service.name": "agents", "host.id": "AQI=", "note": "a\ufffdb"}
+            if i % 2
+            else {"service.name": "tools", "big": 2**70}
+        )
+        assert back.resource_attributes == expected_resource
+        assert back.attributes == {"i": i, "blob": "/w==", "set": [1, 2]}
+        assert back.events == (
+            (SpanEvent("retry", T0 + i, {"n": i, "raw": "eA=="}),) if i % 3 else ()
+        )
+
+
 def _fields(record: SpanRecord) -> dict[str, Any]:
     return {name: getattr(record, name) for name in record.__slots__}
 
