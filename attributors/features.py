@@ -201,8 +201,15 @@ def feature_names(prefix_only: bool = False) -> tuple[str, ...]:
 
 # Patterns below run on case-folded text: case-insensitive regexes are several times
 # slower in `re`, and long runs carry ~100 kB of text.
-_WORD = re.compile(r"[a-z0-9]+")
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+# Words are the runs of [a-z0-9] in case-folded text. Mapping every other byte to a
+# space and splitting gives exactly `re.findall(r"[a-z0-9]+", text)` (a non-ASCII
+# character becomes "?" and then a separator) at a fraction of the regex's cost.
+_WORD_BYTES = bytes(c if c in b"0123456789abcdefghijklmnopqrstuvwxyz" else 32 for c in range(256))
+# A number not glued to a word or a decimal point:
+# `(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])`, written to start with the class [-\d] (the
+# lookbehind moved after the first character, the "-" then needing a digit) so that
+# `re` skips ahead to the next candidate character instead of trying every position.
+_NUMBER = re.compile(r"[-\d](?<![\w.][-\d])(?:(?<=-)\d|(?<!-))[\d,]*(?:\.\d+)?(?!\w)")
 _CODE_FENCE = re.compile(r"```")
 _HEDGING = re.compile(
     r"\b(?:assum(?:e|ed|ing|ption)|hypothetical(?:ly)?|placeholder|mock(?:ed)?|"
@@ -225,25 +232,53 @@ _LEDGER = re.compile(r'"is_progress_being_made"|"is_in_loop"')
 _NEXT_SPEAKER = re.compile(r"^\s*Next speaker\s+(?P<agent>\S+)", re.IGNORECASE)
 # A superset of every text pattern of `heuristics.error_signals`, on case-folded text:
 # only steps it matches (or that are outputs, or carry an error status) pay for the
-# full signal scan.
-_MAYBE_ERROR = re.compile(
-    r"traceback|exit\s*code|error|exception|http(?:/\d(?:\.\d)?)?\s*[45]\d\d"
-    r"|status(?:\s+code)?:?\s*[45]\d\d|fail|not\s+found|unable\s+to|cannot|can't|can not"
-    r"|could not|couldn't"
+# full signal scan. It is the alternation
+#   traceback|exit\s*code|error|exception|http(?:/\d(?:\.\d)?)?\s*[45]\d\d
+#   |status(?:\s+code)?:?\s*[45]\d\d|fail|not\s+found|unable\s+to|cannot|can't|can not
+#   |could not|couldn't
+# tested one alternative at a time (it matches when one of them does): the literal ones
+# as substrings, the others by regex only when a literal they contain is present.
+_MAYBE_ERROR_LITERALS = ("error", "fail", "exception", "traceback", "cannot", "can't",
+                         "can not", "could not", "couldn't")  # fmt: skip
+_MAYBE_ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("exit", re.compile(r"exit\s*code")),
+    ("http", re.compile(r"http(?:/\d(?:\.\d)?)?\s*[45]\d\d")),
+    ("status", re.compile(r"status(?:\s+code)?:?\s*[45]\d\d")),
+    ("found", re.compile(r"not\s+found")),
+    ("unable", re.compile(r"unable\s+to")),
 )
-# Literal fragments one of which every match of the cue pattern contains: a substring
-# test is far cheaper than a regex scan, so most steps skip the regex.
+# Cheap exact pre-checks, so that most steps skip the cue regexes (which start with
+# `\b` and so are tried at every position). Every alternative of these cues starts and
+# ends at a word boundary and a match lies at `[a-z0-9]` run boundaries too, so each
+# match contains one of the listed words of the step whole ("did not" the word "did",
+# "can't" the word "can", "made-up" the word "made").
+_HEDGING_WORDS = frozenset({
+    "assume", "assumed", "assuming", "assumption", "hypothetical", "hypothetically",
+    "placeholder", "mock", "mocked", "simulate", "simulated", "simulating", "simulation",
+    "dummy", "sample", "example", "demonstration", "illustrative", "suppose", "fictional",
+    "made",
+})  # fmt: skip
+_APOLOGY_WORDS = frozenset({"apologise", "apologize", "sorry", "unfortunately", "cannot", "can",
+                            "unable", "access", "results", "information"})  # fmt: skip
+_CRITICISM_WORDS = frozenset({
+    "incorrect", "mistake", "error", "errors", "wrong", "issue", "issues", "inaccurate",
+    "inaccuracy", "accurate", "correct", "did", "didn", "does", "doesn", "discrepancy",
+    "discrepancies", "overlooked", "missed",
+})  # fmt: skip
+# Fragments one of which every match contains: a substring test is far cheaper than
+# the regex scan, and after the word test it leaves few steps to scan.
 _HEDGING_HINTS = ("assum", "hypothetical", "placeholder", "mock", "simulat", "dummy",
                   "sample data", "example data", "for demonstration", "for illustrative",
                   "suppose", "fictional", "made up", "made-up")  # fmt: skip
 _APOLOGY_HINTS = ("apologi", "sorry", "unfortunately", "i cannot", "i can't", "i am unable",
                   "i was unable", "i'm unable", "not able to access", "no results",
                   "no information")  # fmt: skip
-_VERIFY_HINTS = ("verif", "confirm", "double")
-_TERMINATE_HINTS = ("terminate", "final answer:")
 _CRITICISM_HINTS = ("incorrect", "mistake", "error", "wrong", "issue", "inaccura", "not accurate",
                     "not correct", "did not", "didn't", "does not", "doesn't", "discrepanc",
                     "overlooked", "missed")  # fmt: skip
+# Verification and termination cues match inside words too: only fragments apply.
+_VERIFY_HINTS = ("verif", "confirm", "double")
+_TERMINATE_HINTS = ("terminate", "final answer:")
 _CRITICISM = re.compile(
     r"\b(?:incorrect|mistake|errors?|wrong|issues?|inaccura(?:te|cy)|not (?:accurate|correct)|"
     r"did not|didn't|does not|doesn't|discrepanc(?:y|ies)|overlooked|missed)\b"
@@ -253,18 +288,44 @@ _HANDOFF_NOTE = "handoff_to"
 _REPEAT_WINDOW = 5
 # Bounds the quadratic cost of loop detection on long runs.
 _LOOP_WINDOW = 20
-_LOOP_SIMILARITY = 0.8
+_LOOP_SIMILARITY = 0.8  # 4/5, which `_may_loop` relies on
 _MIN_TEXT_ANSWER = 3
 
 
 def _cue(lowered: str, hints: tuple[str, ...], pattern: re.Pattern[str]) -> float:
-    if not any(hint in lowered for hint in hints):
+    if not any(map(lowered.__contains__, hints)):
         return 0.0
     return float(bool(pattern.search(lowered)))
 
 
+def _word_cue(
+    lowered: str,
+    words: frozenset[str],
+    cue_words: frozenset[str],
+    hints: tuple[str, ...],
+    pattern: re.Pattern[str],
+) -> float:
+    if cue_words.isdisjoint(words):
+        return 0.0
+    return _cue(lowered, hints, pattern)
+
+
+def _maybe_error(lowered: str) -> bool:
+    """Whether case-folded text may show an error signal (see `_MAYBE_ERROR_LITERALS`)."""
+    if any(map(lowered.__contains__, _MAYBE_ERROR_LITERALS)):
+        return True
+    return any(
+        hint in lowered and pattern.search(lowered) for hint, pattern in _MAYBE_ERROR_PATTERNS
+    )
+
+
+def _words(lowered: str) -> list[str]:
+    """The words of case-folded text, as `re.findall(r"[a-z0-9]+", lowered)` gives them."""
+    return lowered.encode("ascii", "replace").translate(_WORD_BYTES).decode("ascii").split()
+
+
 def _normalise_text(text: str) -> str:
-    return " ".join(_WORD.findall(text.casefold()))
+    return " ".join(_words(text.casefold()))
 
 
 def _number_value(token: str) -> float | None:
@@ -276,7 +337,7 @@ def _number_value(token: str) -> float | None:
 
 def _numbers(text: str) -> set[float]:
     found: set[float] = set()
-    for token in _NUMBER.findall(text):
+    for token in set(_NUMBER.findall(text)):
         value = _number_value(token)
         if value is not None:
             found.add(value)
@@ -289,7 +350,7 @@ def _single_number(text: str) -> float | None:
     if len(tokens) != 1:
         return None
     rest = _NUMBER.sub(" ", text)
-    if len(_WORD.findall(rest.casefold())) > 2:
+    if len(_words(rest.casefold())) > 2:
         return None
     return _number_value(tokens[0])
 
@@ -340,22 +401,26 @@ def _facts(step: Step, task: str) -> tuple[_StepFacts, str]:
     lowered = text.casefold()
     acting = is_acting_step(step)
     error = 0.0
-    if not acting or step.error or step.status is StepStatus.ERROR or _MAYBE_ERROR.search(lowered):
+    if not acting or step.error or step.status is StepStatus.ERROR or _maybe_error(lowered):
         signals = error_signals(step, task)
         error = signals[0].strength if signals else 0.0
-    normalised = " ".join(_WORD.findall(lowered))
+    word_list = _words(lowered)
+    normalised = " ".join(word_list)
+    words = frozenset(word_list)
     ledger = bool(_LEDGER.search(lowered))
     facts = _StepFacts(
         agent=step.agent,
         acting=acting,
-        words=frozenset(normalised.split()),
+        words=words,
         normalised=normalised,
         numbers=_numbers(text),
         error=error,
         length=len(step.content),
         ledger=ledger,
         stalled=ledger and bool(_LEDGER_STALLED.search(lowered)),
-        criticism=_cue(lowered, _CRITICISM_HINTS, _CRITICISM) if acting else 0.0,
+        criticism=_word_cue(lowered, words, _CRITICISM_WORDS, _CRITICISM_HINTS, _CRITICISM)
+        if acting
+        else 0.0,
     )
     return facts, lowered
 
@@ -365,6 +430,15 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
         return 0.0
     common = len(a & b)
     return common / (len(a) + len(b) - common)
+
+
+def _may_loop(a: frozenset[str], b: frozenset[str]) -> bool:
+    """False when the Jaccard similarity is surely below `_LOOP_SIMILARITY` (0.8).
+
+    The similarity is at most the ratio of the smaller set's size to the larger's; that
+    ratio, compared in integers, is below 4/5 for sets of very different sizes.
+    """
+    return 5 * len(a) >= 4 * len(b) and 5 * len(b) >= 4 * len(a)
 
 
 def _overlap(reference: frozenset[str] | None, words: frozenset[str]) -> float:
@@ -417,6 +491,7 @@ class PrefixScanner:
         self.rows: list[dict[str, float]] = []
         self._seen_agents: set[str] = set()
         self._agent_history: dict[str, list[int]] = {}
+        self._agent_length: dict[str, int] = {}
         self._first_agent: str | None = None
         self._first_acting: int | None = None
         self._acting_before = 0
@@ -439,8 +514,15 @@ class PrefixScanner:
         fact, lowered = _facts(step, self.task)
         facts = self.facts
         history = self._agent_history.get(step.agent, [])
-        similarities = [_jaccard(fact.words, facts[j].words) for j in history[-_LOOP_WINDOW:]]
-        mean_length = sum(facts[j].length for j in history) / len(history) if history else 0.0
+        window = history[-_LOOP_WINDOW:]
+        recent = [_jaccard(fact.words, facts[j].words) for j in window[-_REPEAT_WINDOW:]]
+        loops = sum(s >= _LOOP_SIMILARITY for s in recent) + sum(
+            1
+            for j in window[:-_REPEAT_WINDOW]
+            if _may_loop(fact.words, facts[j].words)
+            and _jaccard(fact.words, facts[j].words) >= _LOOP_SIMILARITY
+        )
+        mean_length = self._agent_length.get(step.agent, 0) / len(history) if history else 0.0
         gt = self._gt
         gt_here = bool(gt and gt.found_in(fact.numbers, fact.normalised))
         contradicts = bool(
@@ -472,8 +554,8 @@ class PrefixScanner:
             "error_in_previous": facts[i - 1].error if i > 0 else 0.0,
             "errors_before": math.log1p(self._errors_before),
             "first_error_here": float(fact.error > 0 and self._errors_before == 0),
-            "repetition": max(similarities[-_REPEAT_WINDOW:], default=0.0),
-            "loop_count": math.log1p(sum(s >= _LOOP_SIMILARITY for s in similarities)),
+            "repetition": max(recent, default=0.0),
+            "loop_count": math.log1p(loops),
             "log_length": math.log1p(fact.length),
             "length_vs_agent": (
                 math.log((fact.length + 1) / (mean_length + 1)) if history else 0.0
@@ -488,8 +570,8 @@ class PrefixScanner:
             "new_words": (
                 len(fact.words - self._seen_words) / len(fact.words) if fact.words else 0.0
             ),
-            "hedging": _cue(lowered, _HEDGING_HINTS, _HEDGING),
-            "apology": _cue(lowered, _APOLOGY_HINTS, _APOLOGY),
+            "hedging": _word_cue(lowered, fact.words, _HEDGING_WORDS, _HEDGING_HINTS, _HEDGING),
+            "apology": _word_cue(lowered, fact.words, _APOLOGY_WORDS, _APOLOGY_HINTS, _APOLOGY),
             "verification": _cue(lowered, _VERIFY_HINTS, _VERIFY),
             "terminates": _cue(lowered, _TERMINATE_HINTS, _TERMINATE),
             "ledger_stalled_before": float(self._stalled_before),
@@ -508,6 +590,7 @@ class PrefixScanner:
         # State for later steps: only what this step adds.
         self._seen_agents.add(step.agent)
         self._agent_history.setdefault(step.agent, []).append(i)
+        self._agent_length[step.agent] = self._agent_length.get(step.agent, 0) + fact.length
         self._acting_before += fact.acting
         self._errors_before += fact.error > 0
         if fact.ledger:

@@ -113,6 +113,26 @@ _TEXT_SIGNALS: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     ("cannot", 0.5, re.compile(r"\b(?:cannot|can't|can not|could not|couldn't)\b", re.IGNORECASE)),
 )
 
+# Lower-case fragments one of which every match of the signal's pattern contains, in
+# the order of `_TEXT_SIGNALS`: a substring test on the lowered text is an exact
+# pre-check, far cheaper than the regex scan. Case-insensitive matching also equates
+# four non-ASCII characters with ASCII letters (İ and ı with i, the Kelvin sign with k,
+# ſ with s); text containing one of them always runs the scans.
+_SIGNAL_HINTS: tuple[tuple[str, ...], ...] = (
+    ("traceback (most recent call last)",),
+    ("exit",),
+    ("error:", "exception:"),
+    ("error:",),
+    ("http", "status", "error"),
+    ("exception",),
+    ("fail",),
+    ("found",),
+    ("unable",),
+    ("cannot", "can't", "can not", "could not", "couldn't"),
+)
+
+_CASELESS_ALIASES = ("\u0130", "\u0131", "\u212a", "\u017f")
+
 _CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 # An AutoGen-style terminal result "Code output:" with nothing after it is an empty result.
 _EMPTY_CODE_OUTPUT = re.compile(r"Code output:\s*\Z", re.IGNORECASE)
@@ -154,7 +174,12 @@ def error_signals(step: Step, task: str = "") -> list[ErrorSignal]:
     if step.status is StepStatus.ERROR or step.error:
         found.append(ErrorSignal("step status error", 1.0, (step.error or "")[:120]))
     text = _observed_text(step, task)
-    for label, strength, pattern in _TEXT_SIGNALS:
+    lowered: str | None = text.lower()
+    if not text.isascii() and any(map(text.__contains__, _CASELESS_ALIASES)):
+        lowered = None
+    for (label, strength, pattern), hints in zip(_TEXT_SIGNALS, _SIGNAL_HINTS, strict=True):
+        if lowered is not None and not any(map(lowered.__contains__, hints)):
+            continue
         match = pattern.search(text)
         if match:
             start = max(0, match.start() - 40)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from faultfinder.attributors import features
 from faultfinder.attributors.features import (
     FEATURES,
     PREFIX_FEATURES,
@@ -14,6 +20,7 @@ from faultfinder.attributors.features import (
     step_features,
 )
 from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
 
 
 def run(*steps: tuple[str, StepKind, str], **fields: object) -> Trajectory:
@@ -249,3 +256,118 @@ def test_prefix_features_never_depend_on_later_steps(
         assert (
             step_features(prefix, prefix_only=True, use_ground_truth=use_ground_truth) == rows[:end]
         )
+
+
+# --- the fast paths compute exactly what their plain definitions do -------------------
+
+# Digests of the feature matrices of every Who&When record (with and without ground
+# truth, all features and prefix-safe ones), recorded from the straightforward
+# implementation before its scans were made faster. A change of any feature value on
+# the benchmark shows here, naming the records. After a deliberate change of a feature,
+# rewrite the file with `json.dumps(feature_digests(), indent=0, sort_keys=True)`.
+DIGESTS = Path(__file__).parent / "data" / "who_and_when_feature_digests.json"
+
+
+def feature_digest(trajectory: Trajectory) -> str:
+    digest = hashlib.sha256()
+    for use_ground_truth in (True, False):
+        for prefix_only in (False, True):
+            rows = step_features(
+                trajectory, use_ground_truth=use_ground_truth, prefix_only=prefix_only
+            )
+            digest.update(repr(rows).encode())  # repr: every float bit counts
+    return digest.hexdigest()[:16]
+
+
+def feature_digests() -> dict[str, str]:
+    root = resolve_datasets_dir()
+    if not (root / "who_and_when").is_dir():
+        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
+    return {r.record_id: feature_digest(r.trajectory) for r in load_dataset("who_and_when", root)}
+
+
+def test_features_of_every_who_and_when_record_are_unchanged() -> None:
+    expected = json.loads(DIGESTS.read_text())
+    found = feature_digests()
+    assert {r.split("/")[0] for r in found} == {"algorithm-generated", "hand-crafted"}
+    changed = sorted(r for r in expected if found.get(r) != expected[r])
+    assert found.keys() == expected.keys()
+    assert not changed, f"{len(changed)} records' features changed, e.g. {changed[:5]}"
+
+
+# The patterns the fast paths stand in for, as first written.
+_WORD = re.compile(r"[a-z0-9]+")
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_MAYBE_ERROR = re.compile(
+    r"traceback|exit\s*code|error|exception|http(?:/\d(?:\.\d)?)?\s*[45]\d\d"
+    r"|status(?:\s+code)?:?\s*[45]\d\d|fail|not\s+found|unable\s+to|cannot|can't|can not"
+    r"|could not|couldn't"
+)
+
+# Texts built from the patterns' own fragments, glued by characters that do and do not
+# end a word (underscore, accented and non-Latin letters, digits, punctuation).
+GLUE = (" ", "", "\n", "_", "é", "ß", "ǅ", "ſ", "K", "İ", "-", ".", ",", "'", "7", "x")
+FRAGMENTS = (
+    "error", "errors", "exit code", "exitcode", "http 404", "http/1.1 500", "status: 503",
+    "status code 42", "not  found", "unable to", "can't", "cannot", "could not", "fail",
+    "assume", "assumption", "made-up", "made up", "let's suppose", "sample data", "for",
+    "i can't", "i'm unable", "no results found", "no information available", "sorry",
+    "did not", "didn't", "does not", "doesn't", "not accurate", "issues", "inaccuracy",
+    "discrepancies", "verified", "double-check", "terminate", "final answer:", "mock",
+    "mocked", "dummy", "-12", "3.5", "1,000", "v2", "a1.5", "-", "0.",
+    "Traceback (most recent call last)", "KeyError:", "Error:", "EXIT CODE: 2", "Unable To",
+    "404 Client Error", "apologize", "unfortunately", "not able to access", "i am unable",
+    "hypothetically", "simulation", "placeholder", "fictional", "for illustrative",
+    "example data", "for demonstration", "wrong", "mistake", "incorrect", "overlooked",
+    "missed", "not correct", "inaccurate", "confirms", "assumed", "assuming", "hypothetical",
+    "simulate", "simulated", "simulating", "discrepancy", "issue", "apologise", "i cannot",
+    "i was unable", "exception", "can not", "couldn't",
+)  # fmt: skip
+# Every fragment alone between every pair of glue characters, then random mixtures.
+SHORT_TEXTS = [before + text + after for text in FRAGMENTS for before in GLUE for after in GLUE]
+_MIXTURES = st.lists(st.tuples(st.sampled_from(GLUE), st.sampled_from(FRAGMENTS)), max_size=8)
+
+
+def scans_agree(text: str) -> None:
+    lowered = text.casefold()
+    assert features._words(lowered) == _WORD.findall(lowered)
+    assert features._NUMBER.findall(text) == _NUMBER.findall(text)
+    assert features._maybe_error(lowered) == bool(_MAYBE_ERROR.search(lowered))
+
+
+def cues_agree(text: str) -> None:
+    lowered = text.casefold()
+    words = frozenset(features._words(lowered))
+    for cue_words, hints, pattern in (
+        (features._HEDGING_WORDS, features._HEDGING_HINTS, features._HEDGING),
+        (features._APOLOGY_WORDS, features._APOLOGY_HINTS, features._APOLOGY),
+        (features._CRITICISM_WORDS, features._CRITICISM_HINTS, features._CRITICISM),
+    ):
+        expected = float(bool(pattern.search(lowered)))
+        assert features._word_cue(lowered, words, cue_words, hints, pattern) == expected
+    for hints, pattern in (
+        (features._VERIFY_HINTS, features._VERIFY),
+        (features._TERMINATE_HINTS, features._TERMINATE),
+    ):
+        assert features._cue(lowered, hints, pattern) == float(bool(pattern.search(lowered)))
+
+
+def test_fast_scans_equal_their_regex_definitions_on_every_fragment() -> None:
+    for text in SHORT_TEXTS:
+        scans_agree(text)
+        cues_agree(text)
+
+
+@settings(max_examples=200)
+@given(st.one_of(_MIXTURES.map(lambda parts: "".join(g + f for g, f in parts)), st.text()))
+def test_fast_scans_equal_their_regex_definitions_on_mixtures(text: str) -> None:
+    scans_agree(text)
+    cues_agree(text)
+
+
+@given(st.frozensets(st.integers(0, 30)), st.frozensets(st.integers(0, 30)))
+def test_loop_pre_check_only_skips_dissimilar_steps(a: frozenset[int], b: frozenset[int]) -> None:
+    words_a = frozenset(map(str, a))
+    words_b = frozenset(map(str, b))
+    if not features._may_loop(words_a, words_b):
+        assert features._jaccard(words_a, words_b) < features._LOOP_SIMILARITY

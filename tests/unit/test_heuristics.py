@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from faultfinder.attributors import heuristics
 from faultfinder.attributors.base import AttributeOptions, get_attributor
-from faultfinder.attributors.heuristics import FirstError, RandomAttributor
+from faultfinder.attributors.heuristics import FirstError, RandomAttributor, error_signals
 from faultfinder.attributors.model import (
     Attribution,
     AttributionStatus,
@@ -19,6 +21,7 @@ from faultfinder.attributors.model import (
     Trajectory,
     validate_against,
 )
+from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
 
 OPTIONS = AttributeOptions()
 
@@ -236,3 +239,69 @@ def test_attributors_never_raise_and_stay_inside_the_trajectory(
             assert validate_against(result, run) is None
         else:
             assert result.failure_reason
+
+
+# --- error_signals' pre-checks never hide a signal ------------------------------------
+
+# Digest of every signal (label, strength, excerpt) of every step of Who&When, per
+# subset, recorded from the plain regex scan before the pre-checks existed; the
+# first_error results and the learned features both rest on these signals.
+SIGNAL_DIGESTS = {"algorithm-generated": "03ce5e8dbe3201d2", "hand-crafted": "879cbf82094260d8"}
+
+
+def test_error_signals_of_every_who_and_when_step_are_unchanged() -> None:
+    root = resolve_datasets_dir()
+    if not (root / "who_and_when").is_dir():
+        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
+    digests = {subset: hashlib.sha256() for subset in SIGNAL_DIGESTS}
+    for record in load_dataset("who_and_when", root):
+        for step in record.trajectory.steps:
+            signals = error_signals(step, record.trajectory.task)
+            found = [(s.label, s.strength, s.excerpt) for s in signals]
+            digests[record.subset].update(repr(found).encode())
+    assert {k: d.hexdigest()[:16] for k, d in digests.items()} == SIGNAL_DIGESTS
+
+
+def scanned_signals(step: Step, task: str) -> list[tuple[str, float, str]]:
+    """Every text signal by running each regex over the observed text, no pre-checks."""
+    text = heuristics._observed_text(step, task)
+    found = []
+    for label, strength, pattern in heuristics._TEXT_SIGNALS:
+        match = pattern.search(text)
+        if match:
+            start = max(0, match.start() - 40)
+            found.append((label, strength, " ".join(text[start : match.end() + 40].split())))
+    return sorted(found, key=lambda signal: -signal[1])
+
+
+# Fragments of every signal pattern in assorted cases, glued by characters including
+# the four non-ASCII letters that case-insensitive matching equates with i, k and s.
+_GLUE = (" ", "", "\n", "_", "é", "-", ":", "7", "x", "\u0130", "\u0131", "\u212a", "\u017f")
+_FRAGMENTS = (
+    "Traceback (most recent call last)", "traceback (most recent call last)", "exit code: 1",
+    "EXIT  CODE -2", "exitcode 0", "KeyError:", "MyException:", "error:", "ERROR:",
+    "HTTP/1.1 404", "http 503", "status code: 500", "Status 404", "502 Server Error",
+    "exception", "Exception", "failed", "FAILS", "failure", "not found", "Not\tFound",
+    "unable to", "Unable  To", "cannot", "can't", "Can Not", "could not", "couldn't",
+    "fa\u0131led", "fa\u0130led", "\u212aeyError:", "\u017ftatus 500", "plain words",
+)  # fmt: skip
+
+
+def test_error_signal_pre_checks_agree_with_the_full_scan() -> None:
+    for fragment in _FRAGMENTS:
+        for before in _GLUE:
+            for after in _GLUE:
+                for agent, kind in (("Coder", StepKind.MESSAGE), ("terminal", StepKind.TOOL)):
+                    step = Step(index=0, agent=agent, kind=kind, content=before + fragment + after)
+                    found = [(s.label, s.strength, s.excerpt) for s in error_signals(step)]
+                    text_labels = {label for label, _, _ in heuristics._TEXT_SIGNALS}
+                    assert [f for f in found if f[0] in text_labels] == scanned_signals(step, "")
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from(_GLUE + _FRAGMENTS), max_size=10).map("".join) | st.text())
+def test_error_signal_pre_checks_agree_on_mixtures(text: str) -> None:
+    step = Step(index=0, agent="terminal", kind=StepKind.TOOL, content=text)
+    text_labels = {label for label, _, _ in heuristics._TEXT_SIGNALS}
+    found = [(s.label, s.strength, s.excerpt) for s in error_signals(step)]
+    assert [f for f in found if f[0] in text_labels] == scanned_signals(step, "")
