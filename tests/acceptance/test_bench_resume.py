@@ -19,9 +19,6 @@ from click.testing import CliRunner
 from faultfinder.attributors.local_model import LocalModelError, locate_model, runtime_missing
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
-    DatasetError,
-    load_dataset,
-    resolve_datasets_dir,
 )
 from faultfinder.benchmarks.run import RESULTS_FILE, read_results
 from faultfinder.server.cli import main
@@ -31,19 +28,8 @@ AG = "who_and_when:algorithm-generated"
 
 
 @pytest.fixture(scope="module")
-def datasets_dir() -> Path:
-    root: Path = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    return root
-
-
-@pytest.fixture(scope="module")
-def records(datasets_dir: Path) -> list[BenchmarkRecord]:
-    try:
-        return list(load_dataset("who_and_when", datasets_dir))
-    except DatasetError as exc:  # pragma: no cover - a broken checkout of the data
-        pytest.fail(str(exc))
+def records(who_and_when: list[BenchmarkRecord]) -> list[BenchmarkRecord]:
+    return who_and_when
 
 
 def bench(datasets_dir: Path, out: Path, dataset: str, *args: str) -> dict[str, Any]:

@@ -15,9 +15,6 @@ from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
-    DatasetError,
-    load_dataset,
-    resolve_datasets_dir,
 )
 from faultfinder.benchmarks.run import BenchmarkSettings, run_benchmark
 from faultfinder.server.cli import main
@@ -26,19 +23,8 @@ SUBSETS = ("algorithm-generated", "hand-crafted")
 
 
 @pytest.fixture(scope="module")
-def datasets_dir() -> Path:
-    root: Path = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    return root
-
-
-@pytest.fixture(scope="module")
-def records(datasets_dir: Path) -> list[BenchmarkRecord]:
-    try:
-        return list(load_dataset("who_and_when", datasets_dir))
-    except DatasetError as exc:  # pragma: no cover - a broken checkout of the data
-        pytest.fail(str(exc))
+def records(who_and_when: list[BenchmarkRecord]) -> list[BenchmarkRecord]:
+    return who_and_when
 
 
 # The Who&When paper's random baseline (agent, step), as fractions.

@@ -10,18 +10,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.datasets import load_dataset
 from faultfinder.server.cli import main
 
 SUBSETS = ("algorithm-generated", "hand-crafted")
-
-
-@pytest.fixture(scope="module")
-def datasets_dir() -> Path:
-    root: Path = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -10,15 +10,12 @@ from faultfinder.attributors.auditor import Auditor
 from faultfinder.attributors.features import step_features
 from faultfinder.attributors.learned import StepModel, default_model
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord, load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.datasets import BenchmarkRecord
 
 
 @pytest.fixture(scope="module")
-def runs() -> list[BenchmarkRecord]:
-    root = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    records = list(load_dataset("who_and_when", root))
+def runs(who_and_when: list[BenchmarkRecord]) -> list[BenchmarkRecord]:
+    records = who_and_when
     ag = next(r for r in records if r.subset == "algorithm-generated")
     hc = next(r for r in records if r.subset == "hand-crafted" and 25 <= len(r.trajectory) <= 40)
     return [ag, hc]

@@ -15,7 +15,6 @@ from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
     DatasetError,
     load_dataset,
-    resolve_datasets_dir,
 )
 from faultfinder.benchmarks.prefilter import build_fold_models
 from faultfinder.benchmarks.run import RESULTS_FILE, read_results
@@ -31,14 +30,6 @@ from faultfinder.server.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
 AG = "who_and_when:algorithm-generated"
-
-
-@pytest.fixture(scope="module")
-def datasets_dir() -> Path:
-    root: Path = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from faultfinder.attributors.features import (
     step_features,
 )
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.datasets import BenchmarkRecord
 
 
 def run(*steps: tuple[str, StepKind, str], **fields: object) -> Trajectory:
@@ -279,16 +279,11 @@ def feature_digest(trajectory: Trajectory) -> str:
     return digest.hexdigest()[:16]
 
 
-def feature_digests() -> dict[str, str]:
-    root = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    return {r.record_id: feature_digest(r.trajectory) for r in load_dataset("who_and_when", root)}
-
-
-def test_features_of_every_who_and_when_record_are_unchanged() -> None:
+def test_features_of_every_who_and_when_record_are_unchanged(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
     expected = json.loads(DIGESTS.read_text())
-    found = feature_digests()
+    found = {r.record_id: feature_digest(r.trajectory) for r in who_and_when}
     assert {r.split("/")[0] for r in found} == {"algorithm-generated", "hand-crafted"}
     changed = sorted(r for r in expected if found.get(r) != expected[r])
     assert found.keys() == expected.keys()

@@ -21,7 +21,7 @@ from faultfinder.attributors.model import (
     Trajectory,
     validate_against,
 )
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.datasets import BenchmarkRecord
 
 OPTIONS = AttributeOptions()
 
@@ -249,12 +249,11 @@ def test_attributors_never_raise_and_stay_inside_the_trajectory(
 SIGNAL_DIGESTS = {"algorithm-generated": "03ce5e8dbe3201d2", "hand-crafted": "879cbf82094260d8"}
 
 
-def test_error_signals_of_every_who_and_when_step_are_unchanged() -> None:
-    root = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
+def test_error_signals_of_every_who_and_when_step_are_unchanged(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
     digests = {subset: hashlib.sha256() for subset in SIGNAL_DIGESTS}
-    for record in load_dataset("who_and_when", root):
+    for record in who_and_when:
         for step in record.trajectory.steps:
             signals = error_signals(step, record.trajectory.task)
             found = [(s.label, s.strength, s.excerpt) for s in signals]

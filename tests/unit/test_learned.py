@@ -30,8 +30,6 @@ from faultfinder.benchmarks.cv import CVSettings, FoldOutcome, cross_validate, f
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
     GoldLabel,
-    load_dataset,
-    resolve_datasets_dir,
 )
 from faultfinder.benchmarks.train import (
     FeatureCache,
@@ -116,14 +114,6 @@ def synthetic_records(count: int, seed: int = 0) -> list[BenchmarkRecord]:
 
 
 # --- the packaged model on real runs --------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def who_and_when() -> list[BenchmarkRecord]:
-    root = resolve_datasets_dir()
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root} (set FAULTFINDER_DATASETS_DIR)")
-    return list(load_dataset("who_and_when", root))
 
 
 def test_learned_is_registered_and_uses_the_packaged_model() -> None:

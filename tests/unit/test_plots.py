@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from faultfinder.attributors.base import get_attributor
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.datasets import BenchmarkRecord
 from faultfinder.benchmarks.plots import render_html_report
 from faultfinder.benchmarks.report import PUBLISHED_ROWS
 from faultfinder.benchmarks.run import BenchmarkSettings, run_benchmark, summarise_results
@@ -65,12 +65,11 @@ def check_well_formed(html: str) -> Counter[str]:
 
 
 @pytest.fixture(scope="module")
-def first_error_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def first_error_run(
+    tmp_path_factory: pytest.TempPathFactory, who_and_when: list[BenchmarkRecord]
+) -> Path:
     """A real `first_error` benchmark run on 12 Who&When records of each subset."""
-    root = resolve_datasets_dir(None)
-    if not (root / "who_and_when").is_dir():
-        pytest.skip(f"Who&When data not found under {root}")
-    records = list(load_dataset("who_and_when", root))
+    records = who_and_when
     chosen = [r for r in records if r.subset == "algorithm-generated"][:12] + [
         r for r in records if r.subset == "hand-crafted"
     ][:12]
