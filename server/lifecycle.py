@@ -43,7 +43,11 @@ def is_failure(run: RunRow) -> bool:
 
 
 def decide(run: RunRow, *, now_ns: int, quiet_period_ns: int) -> RunStatus | None:
-    """The status `run` should move to now, or None to leave it as it is."""
+    """The status `run` should move to now, or None to leave it as it is.
+
+    The plain statement of the rules; the sweep has the database apply the same rules
+    (`SpanStore.settle_due`), and the tests check that the two agree.
+    """
     finished = RunStatus.FAILED if is_failure(run) else RunStatus.COMPLETE
     if run.status == RunStatus.RUNNING:
         if run.outcome_posted_at is not None:
@@ -91,24 +95,13 @@ async def _sweep_page(
     store: SpanStore, *, now_ns: int, quiet_period_ns: int, limit: int
 ) -> tuple[int, list[RunTransition]]:
     """Settle up to `limit` due runs (and as many changed complete runs) in one
-    transaction; returns how many candidates were read and the transitions."""
-    candidates = await store.settle_candidates(quiet_since=now_ns - quiet_period_ns, limit=limit)
-    if not candidates:
-        return 0, []
-    decisions = [
-        (run, decide(run, now_ns=now_ns, quiet_period_ns=quiet_period_ns)) for run in candidates
-    ]
-    # Running runs left as they are stay candidates by time; only finished runs need
-    # their "changed since the sweep" mark cleared.
-    decisions = [
-        (run, status)
-        for run, status in decisions
-        if status is not None or run.status != RunStatus.RUNNING
-    ]
-    changed = await store.settle_runs(decisions, now=now_ns)
-    moved = [
-        RunTransition(run.id, RunStatus(run.status), status)
-        for run, status in decisions
-        if status is not None and run.id in changed
-    ]
-    return len(candidates), moved
+    transaction; returns the larger page's size and the transitions.
+
+    The database applies `decide`'s rules itself (`SpanStore.settle_due`): no run is
+    read into Python, which is what let a writer storing thousands of tiny runs per
+    second starve the sweep of event-loop time.
+    """
+    seen, moved = await store.settle_due(
+        quiet_since=now_ns - quiet_period_ns, now=now_ns, limit=limit
+    )
+    return seen, [RunTransition(run_id, previous, status) for run_id, previous, status in moved]

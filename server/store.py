@@ -38,12 +38,11 @@ from sqlalchemy import (
     or_,
     select,
     true,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.attributors.model import Attribution
 from faultfinder.sdk import conventions as c
@@ -70,9 +69,6 @@ __all__ = [
 SPANS: Table = SpanTable.__table__  # type: ignore[attr-defined]
 RUNS: Table = RunTable.__table__  # type: ignore[attr-defined]
 ATTRIBUTIONS: Table = AttributionTable.__table__  # type: ignore[attr-defined]
-
-# Keeps `(id, version) IN (…)` lists well under every dialect's bind-parameter limit.
-_SETTLE_CHUNK = 400
 
 
 class InvalidCursorError(ValueError):
@@ -113,7 +109,7 @@ class RunRow:
     created_at: int
     updated_at: int
     version: int
-    """Changes on every update; `settle_runs` compares it to detect concurrent changes."""
+    """Changes on every update (status transitions compare-and-set on it)."""
     needs_sweep: bool
     agents: list[str] | None = None
     """Not computed by the store (needs the assembler); None."""
@@ -319,6 +315,7 @@ class SpanStore:
         insert: Any
         least: Any
         greatest: Any
+        self._postgres = dialect == "postgresql"
         if dialect == "sqlite":
             insert = sqlite.insert
             least, greatest = func.min, func.max  # SQLite's scalar min()/max() of two values
@@ -659,91 +656,86 @@ class SpanStore:
 
     # -- lifecycle support ---------------------------------------------------------------
 
-    async def settle_candidates(self, *, quiet_since: int, limit: int = 1000) -> list[RunRow]:
-        """Runs the lifecycle may have to move, oldest activity first.
+    async def settle_due(
+        self, *, quiet_since: int, now: int, limit: int = 1000
+    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]]]:
+        """Apply the lifecycle rules (`lifecycle.decide`) to one page of runs, in the
+        database, in one short transaction.
 
-        Running runs with a posted outcome, or with no new span since `quiet_since`
-        (Unix ns) and no open root span; and `complete` runs that changed since the
-        last sweep.
+        Finishes up to `limit` `running` runs that are due (an outcome was posted, or no
+        new span since `quiet_since` (Unix ns) and no open root span), oldest activity
+        first, as `failed` or `complete`; and re-checks up to `limit` `complete` runs that
+        changed since the last sweep, failing those whose outcome now says failure.
+        Each is one `UPDATE … WHERE id IN (page) AND <conditions>` that re-checks the
+        conditions on the row it writes, so a span stored meanwhile keeps its run as the
+        span left it, and two sweepers (replicas) never both move a run; no run is read
+        into Python. Returns how many runs the larger of the two pages held (a full page
+        means more may be waiting) and the transitions (run id, from, to).
         """
-        running = (
-            select(RUNS)
-            .where(
-                RUNS.c.status == RunStatus.RUNNING.value,
-                or_(
-                    and_(
-                        RUNS.c.last_span_received_at <= quiet_since,
-                        # A root that never ends keeps its run open; leaving such runs
-                        # out keeps them from crowding due runs past `limit`.
-                        or_(RUNS.c.root_span_id.is_(None), RUNS.c.root_ended_at > 0),
-                    ),
-                    RUNS.c.outcome_posted_at.is_not(None),
-                ),
-            )
-            .order_by(RUNS.c.last_span_received_at)
-            .limit(limit)
+        running = RunStatus.RUNNING.value
+        complete = RunStatus.COMPLETE.value
+        failed = RunStatus.FAILED.value
+        # `lifecycle.is_failure`: an explicit outcome wins over the root span's status.
+        failure = or_(
+            RUNS.c.outcome == RunOutcome.FAILURE.value,
+            and_(RUNS.c.outcome.is_(None), RUNS.c.root_error == true()),
         )
+        due = and_(
+            RUNS.c.status == running,
+            or_(
+                and_(
+                    RUNS.c.last_span_received_at <= quiet_since,
+                    # A root that never ends keeps its run open; leaving such runs out
+                    # keeps them from crowding due runs past `limit`.
+                    or_(RUNS.c.root_span_id.is_(None), RUNS.c.root_ended_at > 0),
+                ),
+                RUNS.c.outcome_posted_at.is_not(None),
+            ),
+        )
+        changed = and_(RUNS.c.needs_sweep == true(), RUNS.c.status == complete)
+        due_page = select(RUNS.c.id).where(due).order_by(RUNS.c.last_span_received_at).limit(limit)
         # No ORDER BY: ordering by activity made SQLite walk every complete run ever
         # stored through the status index; unordered, it reads only the changed ones
         # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
-        changed = (
-            select(RUNS)
-            .where(RUNS.c.needs_sweep == true(), RUNS.c.status == RunStatus.COMPLETE.value)
-            .limit(limit)
-        )
-        async with self._engine.connect() as conn:
-            rows = [RunRow.from_row(row) for row in await conn.execute(running)]
-            rows += [RunRow.from_row(row) for row in await conn.execute(changed)]
-        return rows
-
-    async def settle_runs(
-        self, decisions: Sequence[tuple[RunRow, RunStatus | None]], *, now: int
-    ) -> set[str]:
-        """Apply the lifecycle's decisions: move each run to the new status, or (None)
-        just note that the sweep has seen it.
-
-        A decision applies only if the run has not changed since it was read (same
-        status and version); returns the ids of the runs whose status changed.
-        """
-        groups: dict[tuple[str, RunStatus | None], list[RunRow]] = {}
-        for run, new_status in decisions:
-            groups.setdefault((run.status, new_status), []).append(run)
-        changed: set[str] = set()
-        async with self._engine.begin() as conn:
-            for (old_status, new_status), runs in groups.items():
-                for start in range(0, len(runs), _SETTLE_CHUNK):
-                    chunk = runs[start : start + _SETTLE_CHUNK]
-                    changed |= await self._settle_chunk(conn, old_status, new_status, chunk, now)
-        return changed
-
-    @staticmethod
-    async def _settle_chunk(
-        conn: AsyncConnection,
-        old_status: str,
-        new_status: RunStatus | None,
-        runs: Sequence[RunRow],
-        now: int,
-    ) -> set[str]:
-        statement = update(RUNS).where(
-            # The plain id list lets the database find the rows by primary key; with only
-            # the (id, version) pairs SQLite scanned every run of `old_status`.
-            RUNS.c.id.in_([run.id for run in runs]),
-            RUNS.c.status == old_status,
-            tuple_(RUNS.c.id, RUNS.c.version).in_([(run.id, run.version) for run in runs]),
-        )
-        if new_status is None:
-            await conn.execute(statement.values(needs_sweep=False))
-            return set()
-        result = await conn.execute(
-            statement.values(
-                status=new_status.value,
+        changed_page = select(RUNS.c.id).where(changed).limit(limit)
+        if self._postgres:
+            # A row another sweeper is settling is skipped, not waited for.
+            due_page = due_page.with_for_update(skip_locked=True)
+            changed_page = changed_page.with_for_update(skip_locked=True)
+        finish = (
+            update(RUNS)
+            .where(RUNS.c.id.in_(due_page.scalar_subquery()), due)
+            .values(
+                status=case((failure, failed), else_=complete),
                 completed_at=func.coalesce(RUNS.c.completed_at, now),
                 updated_at=now,
                 version=RUNS.c.version + 1,
                 needs_sweep=False,
-            ).returning(RUNS.c.id)
+            )
+            .returning(RUNS.c.id, RUNS.c.status)
         )
-        return {row.id for row in result}
+        recheck = (
+            update(RUNS)
+            .where(RUNS.c.id.in_(changed_page.scalar_subquery()), changed)
+            .values(
+                status=case((failure, failed), else_=RUNS.c.status),
+                updated_at=case((failure, now), else_=RUNS.c.updated_at),
+                version=case((failure, RUNS.c.version + 1), else_=RUNS.c.version),
+                needs_sweep=False,
+            )
+            .returning(RUNS.c.id, RUNS.c.status)
+        )
+        transitions: list[tuple[str, RunStatus, RunStatus]] = []
+        async with self._engine.begin() as conn:
+            finished = (await conn.execute(finish)).all()
+            rechecked = (await conn.execute(recheck)).all()
+        transitions += [(row.id, RunStatus.RUNNING, RunStatus(row.status)) for row in finished]
+        transitions += [
+            (row.id, RunStatus.COMPLETE, RunStatus.FAILED)
+            for row in rechecked
+            if row.status == failed
+        ]
+        return max(len(finished), len(rechecked)), transitions
 
 
 LABELS: Table = LabelTable.__table__  # type: ignore[attr-defined]

@@ -5,12 +5,16 @@ Times are explicit: spans are written with a `received_at` and sweeps get a `now
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any
 
+from sqlmodel import SQLModel
+
 from faultfinder.sdk import conventions as c
 from faultfinder.server import lifecycle
+from faultfinder.server.db.engine import create_engine
 from faultfinder.server.otlp.model import SpanRecord, StatusCode
 from faultfinder.server.store import RunStatus, SpanStore
 
@@ -198,19 +202,97 @@ async def test_attributed_runs_are_left_alone(store: SpanStore) -> None:
     assert await status(store, "i") == "attributed"
 
 
-async def test_span_arriving_during_a_sweep_keeps_the_run_running(store: SpanStore) -> None:
-    t0 = 1_000.0
-    root = await write_run(store, "j", t0)
-    due = await store.settle_candidates(quiet_since=int((t0 + 1) * 1e9))
-    assert [run.id for run in due] == [run_id("j")]
-
-    # The run changes between the sweep's read and its write: the decision is dropped.
-    await store.write_spans([span("j", parent=root.span_id)], received_at=t0 + QUIET)
-    assert (
-        await store.settle_runs([(due[0], RunStatus.COMPLETE)], now=int((t0 + QUIET) * 1e9))
-        == set()
+async def test_database_applies_the_same_rules_as_decide(store: SpanStore) -> None:
+    """Every combination of the facts the rules look at: the runs the sweep moves (in
+    the database) are exactly those `lifecycle.decide` moves, to the same status; then
+    again for complete runs that a late span or a posted outcome changed."""
+    t_new = time.time()
+    t_old = t_new - QUIET - 5
+    now = t_new + 1
+    cases = list(
+        itertools.product(
+            (True, False),  # quiet (last span received before the quiet period)
+            ("ended", "open", "orphans"),  # the root span
+            (StatusCode.UNSET, StatusCode.ERROR),  # the root's status
+            (None, "success", "failure"),  # outcome attribute on a span
+            (None, "success", "failure"),  # posted outcome
+        )
     )
-    assert await status(store, "j") == "running"
+    traces = {}
+    for n, (quiet, root_kind, root_status, attr_outcome, posted) in enumerate(cases):
+        trace = f"r{n:03d}"
+        traces[trace] = posted
+        attrs = {c.RUN_OUTCOME: attr_outcome} if attr_outcome else {}
+        if root_kind == "orphans":
+            spans = [span(trace, parent="00000000000000aa", attrs=attrs, status=root_status)]
+        else:
+            root = span(trace, status=root_status, ended=root_kind == "ended")
+            spans = [span(trace, parent=root.span_id, attrs=attrs), root]
+        await store.write_spans(spans, received_at=t_old if quiet else t_new)
+        if posted is not None:
+            await store.set_outcome(run_id(trace), posted)
+
+    async def expected(at: float) -> dict[str, tuple[str, str]]:
+        out = {}
+        for trace in traces:
+            run = await store.get_run(run_id(trace))
+            assert run is not None
+            decision = lifecycle.decide(run, now_ns=int(at * 1e9), quiet_period_ns=int(QUIET * 1e9))
+            if decision is not None:
+                out[run.id] = (str(run.status), decision.value)
+        return out
+
+    first = await expected(now)
+    assert len(first) > len(traces) / 3  # the grid covers both outcomes of the rules
+    assert {to for _, to in first.values()} == {"complete", "failed"}
+    assert await sweep(store, now) == first
+
+    # Late news for finished runs: a failure verdict on a span, a posted failure, a
+    # plain late span. Complete runs that now fail move; nothing else does.
+    finished = [t for t in traces if run_id(t) in first]
+    for i, trace in enumerate(finished):
+        if i % 3 == 0:
+            late = span(trace, parent="00000000000000bb", attrs={c.RUN_OUTCOME: "failure"})
+            await store.write_spans([late], received_at=now)
+        elif i % 3 == 1 and traces[trace] is None:
+            await store.set_outcome(run_id(trace), "failure")
+        else:
+            await store.write_spans([span(trace, parent="00000000000000bb")], received_at=now)
+    second = await expected(now + 1)
+    assert second and {move for move in second.values()} == {("complete", "failed")}
+    assert await sweep(store, now + 1) == second
+    assert await sweep(store, now + 2) == {}
+
+
+async def test_concurrent_sweepers_move_each_run_once(migrated_database_url: str) -> None:
+    """Two replicas sweeping the same backlog at once: every due run is moved, and by
+    exactly one of them (the second finds it settled or skips it while locked)."""
+    engines = [create_engine(migrated_database_url) for _ in range(2)]
+    try:
+        async with engines[0].begin() as conn:
+            for table in reversed(SQLModel.metadata.sorted_tables):
+                await conn.execute(table.delete())
+        stores = [SpanStore(engine) for engine in engines]
+        t0 = 1_000.0
+        traces = [f"k{i:04d}" for i in range(600)]
+        for start in range(0, len(traces), 100):
+            batch: list[SpanRecord] = []
+            for trace in traces[start : start + 100]:
+                root = span(trace)
+                batch += [span(trace, parent=root.span_id), root]
+            await stores[0].write_spans(batch, received_at=t0)
+        results = await asyncio.gather(
+            *(
+                lifecycle.sweep(s, now=t0 + QUIET + 1, quiet_period_s=QUIET, limit=50, budget_s=60)
+                for s in stores
+            )
+        )
+        moved = [t.run_id for result in results for t in result]
+        assert sorted(moved) == sorted(run_id(trace) for trace in traces)  # once each
+        assert await stores[1].count_runs(status="running") == 0
+    finally:
+        for engine in engines:
+            await engine.dispose()
 
 
 async def test_a_backlog_larger_than_a_page_is_settled_in_one_sweep(store: SpanStore) -> None:
@@ -226,17 +308,18 @@ async def test_a_backlog_larger_than_a_page_is_settled_in_one_sweep(store: SpanS
             batch += [span(trace, parent=root.span_id), root]
         await store.write_spans(batch, received_at=t0)
     pages: list[int] = []
-    settle_runs = store.settle_runs
+    settle_due = store.settle_due
 
-    async def counting(decisions: Any, *, now: int) -> set[str]:
-        pages.append(len(decisions))
-        return await settle_runs(decisions, now=now)
+    async def counting(**kwargs: Any) -> tuple[int, list[tuple[str, RunStatus, RunStatus]]]:
+        seen, moved = await settle_due(**kwargs)
+        pages.append(seen)
+        return seen, moved
 
-    store.settle_runs = counting  # type: ignore[method-assign]
+    store.settle_due = counting  # type: ignore[method-assign]
     moved = await lifecycle.sweep(
         store, now=t0 + QUIET + 1, quiet_period_s=QUIET, limit=40, budget_s=60
     )
-    assert len(pages) > 1 and max(pages) <= 2 * 40  # several small transactions
+    assert len(pages) > 1 and max(pages) <= 40  # several small transactions
     assert {t.run_id: t.status.value for t in moved} == {
         run_id(trace): "failed" if trace in failing else "complete" for trace in traces
     }
