@@ -666,10 +666,11 @@ class SpanStore:
         new span since `quiet_since` (Unix ns) and no open root span), oldest activity
         first, as `failed` or `complete`; and re-checks up to `limit` `complete` runs that
         changed since the last sweep, failing those whose outcome now says failure.
-        Each is one `UPDATE … WHERE id IN (page) AND <conditions>` that re-checks the
-        conditions on the row it writes, so a span stored meanwhile keeps its run as the
-        span left it, and two sweepers (replicas) never both move a run; no run is read
-        into Python. Returns how many runs the larger of the two pages held (a full page
+        Each is one `UPDATE … WHERE id IN (page) … RETURNING` statement, atomic under
+        SQLite's write lock; on PostgreSQL the page is locked (`SKIP LOCKED`) and the
+        conditions are checked again on the row being written. So a span stored
+        meanwhile keeps its run as the span left it, and two sweepers (replicas) never
+        both move a run. No run is read into Python. Returns how many runs the larger of the two pages held (a full page
         means more may be waiting) and the transitions (run id, from, to).
         """
         running = RunStatus.RUNNING.value
@@ -698,13 +699,22 @@ class SpanStore:
         # stored through the status index; unordered, it reads only the changed ones
         # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
         changed_page = select(RUNS.c.id).where(changed).limit(limit)
+        finish_where: list[ColumnElement[bool]] = [RUNS.c.id.in_(due_page.scalar_subquery())]
+        recheck_where: list[ColumnElement[bool]] = [RUNS.c.id.in_(changed_page.scalar_subquery())]
         if self._postgres:
-            # A row another sweeper is settling is skipped, not waited for.
+            # A row another sweeper is settling is skipped, not waited for; a row a
+            # writer changed after the page was chosen is checked again as it is now.
             due_page = due_page.with_for_update(skip_locked=True)
             changed_page = changed_page.with_for_update(skip_locked=True)
+            finish_where = [RUNS.c.id.in_(due_page.scalar_subquery()), due]
+            recheck_where = [RUNS.c.id.in_(changed_page.scalar_subquery()), changed]
+        # On SQLite one statement runs alone under the database's write lock, so the
+        # page's rows still meet the conditions; repeating them outside the subquery
+        # made SQLite scan every run of the status instead of finding the page's rows by
+        # primary key.
         finish = (
             update(RUNS)
-            .where(RUNS.c.id.in_(due_page.scalar_subquery()), due)
+            .where(*finish_where)
             .values(
                 status=case((failure, failed), else_=complete),
                 completed_at=func.coalesce(RUNS.c.completed_at, now),
@@ -716,7 +726,7 @@ class SpanStore:
         )
         recheck = (
             update(RUNS)
-            .where(RUNS.c.id.in_(changed_page.scalar_subquery()), changed)
+            .where(*recheck_where)
             .values(
                 status=case((failure, failed), else_=RUNS.c.status),
                 updated_at=case((failure, now), else_=RUNS.c.updated_at),
