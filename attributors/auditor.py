@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from faultfinder.attributors.features import PrefixScanner
-from faultfinder.attributors.learned import StepModel, default_model
+from faultfinder.attributors.learned import StepModel, default_model, trajectory_group
 from faultfinder.attributors.model import Step, Trajectory
 
 __all__ = ["Alarm", "Auditor"]
@@ -42,8 +42,10 @@ class Auditor:
     """Watches growing trajectories; `observe(prefix)` returns an `Alarm` or None.
 
     `model` is a prefix-only `StepModel` with an `alarm_threshold`, or a full model
-    that carries one as `.auditor` (the packaged default does). Each run raises at
-    most one alarm (the first step above the threshold) unless `alarm_once` is False.
+    that carries one as `.auditor` (the packaged default does). A run whose trace names
+    its framework uses that framework's threshold when the model has one
+    (`alarm_thresholds`); an explicit `threshold` applies to every run. Each run raises
+    at most one alarm (the first step above its threshold) unless `alarm_once` is False.
     """
 
     def __init__(
@@ -64,6 +66,8 @@ class Auditor:
             raise ValueError("no alarm threshold: pass one or use a model trained with one")
         self.model = model
         self.threshold = chosen
+        """The pooled threshold (or the explicit one)."""
+        self._explicit = threshold is not None
         self.use_ground_truth = use_ground_truth
         self.alarm_once = alarm_once
         self._runs: dict[str, _RunState] = {}
@@ -83,13 +87,14 @@ class Auditor:
             )
             self._runs[run_id] = state
         raised: Alarm | None = None
+        threshold = self.threshold_for(trajectory_prefix)
         for step in steps[len(state.steps) :]:
             state.scanner.push(step)
             state.steps.append(step)
             index = step.index
             score = self.model.scorer.score(state.scanner.prefix_row(index))
             state.scores.append(score)
-            if raised is None and score > self.threshold:
+            if raised is None and score > threshold:
                 if self.alarm_once and state.alarm is not None:
                     continue
                 raised = Alarm(
@@ -97,11 +102,18 @@ class Auditor:
                     step=index,
                     agent=step.agent,
                     score=score,
-                    threshold=self.threshold,
+                    threshold=threshold,
                     steps_seen=len(steps),
                 )
                 state.alarm = state.alarm or raised
         return raised
+
+    def threshold_for(self, trajectory: Trajectory) -> float:
+        """The alarm threshold that applies to `trajectory`'s run."""
+        if self._explicit:
+            return self.threshold
+        chosen = self.model.threshold_for(trajectory_group(trajectory))
+        return chosen if chosen is not None else self.threshold
 
     @staticmethod
     def _extends(state: _RunState, steps: tuple[Step, ...], ground_truth: str | None) -> bool:

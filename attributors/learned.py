@@ -146,6 +146,9 @@ class StepModel:
     conformal: ConformalCalibration | None = None
     alarm_threshold: float | None = None
     """For prefix-only (auditor) models: the score above which a step raises an alarm."""
+    alarm_thresholds: Mapping[str, float] = field(default_factory=dict)
+    """Per framework (`trajectory.metadata["framework"]`): the alarm threshold chosen on
+    that framework's training runs; runs of other frameworks use `alarm_threshold`."""
     auditor: StepModel | None = None
     """The prefix-only model the online auditor uses, shipped beside the main model."""
     groups: Mapping[str, StepModel] = field(default_factory=dict)
@@ -173,6 +176,12 @@ class StepModel:
                 raise ModelFormatError(
                     f"group model {name!r} must match the model's prefix_only and have no groups"
                 )
+
+    def threshold_for(self, group: str | None) -> float | None:
+        """The alarm threshold for runs of `group` (the pooled one unless it has its own)."""
+        if group is not None and group in self.alarm_thresholds:
+            return self.alarm_thresholds[group]
+        return self.alarm_threshold
 
     def for_group(self, group: str | None) -> StepModel:
         """The model that scores runs of `group` (this one unless a group model exists)."""
@@ -209,6 +218,7 @@ class StepModel:
             "scorer": self.scorer.to_dict(),
             "conformal": self.conformal.to_dict() if self.conformal else None,
             "alarm_threshold": self.alarm_threshold,
+            "alarm_thresholds": dict(self.alarm_thresholds),
             "auditor": self.auditor.to_dict() if self.auditor else None,
             "groups": {name: sub.to_dict() for name, sub in self.groups.items()},
             "training": dict(self.training),
@@ -233,6 +243,11 @@ class StepModel:
         # The nested model's errors already name their source.
         auditor = cls.from_dict(auditor_data, f"{source} (auditor)") if auditor_data else None
         threshold = data.get("alarm_threshold")
+        thresholds_data = data.get("alarm_thresholds") or {}
+        if not isinstance(thresholds_data, Mapping) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in thresholds_data.values()
+        ):
+            raise fail("alarm_thresholds", "must be an object mapping framework names to numbers")
         groups_data = data.get("groups") or {}
         if not isinstance(groups_data, Mapping):
             raise fail("groups", "must be an object mapping framework names to models")
@@ -249,6 +264,7 @@ class StepModel:
                 agent_rule=str(data.get("agent_rule", AgentRule.TOP_STEP)),
                 conformal=ConformalCalibration.from_dict(conformal) if conformal else None,
                 alarm_threshold=float(threshold) if threshold is not None else None,
+                alarm_thresholds={str(k): float(v) for k, v in thresholds_data.items()},
                 auditor=auditor,
                 groups=groups,
                 training=dict(data.get("training") or {}),

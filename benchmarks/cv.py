@@ -157,11 +157,11 @@ def _held_out(
     alarm_step: int | None = None
     alarm_agent: str | None = None
     auditor = model.auditor
-    if auditor is not None and auditor.alarm_threshold is not None:
+    threshold = auditor.threshold_for(_group(trajectory)) if auditor is not None else None
+    if auditor is not None and threshold is not None:
         prefix = cache.matrix(record, use_ground_truth=settings.use_ground_truth, prefix_only=True)
         alarm_step = first_alarm(
-            [float(v) for v in batch_scores(auditor.scorer, prefix.rows)],
-            auditor.alarm_threshold,
+            [float(v) for v in batch_scores(auditor.scorer, prefix.rows)], threshold
         )
         if alarm_step is not None:
             alarm_agent = trajectory.steps[alarm_step].agent
@@ -224,6 +224,9 @@ def cross_validate(
                     "agent_rule": model.agent_rule,
                     "groups": model.training.get("group_choices"),
                     "alarm_threshold": model.auditor.alarm_threshold if model.auditor else None,
+                    "alarm_thresholds": dict(model.auditor.alarm_thresholds)
+                    if model.auditor
+                    else None,
                 },
             )
             if set(outcome.train_ids) & set(outcome.test_ids):

@@ -560,11 +560,22 @@ def tune_and_fit(
         prefix_runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=True)
         prefix_scores = out_of_fold_scores(prefix_runs, best.config, inner_folds, seed)
         threshold = choose_alarm_threshold(prefix_runs, prefix_scores)
+        # Per framework (as the conformal sets): the first alarm's hit rate and the
+        # share of runs that alarm differ widely between frameworks, so one pooled
+        # threshold over-alarms on some. Only frameworks with enough training runs.
+        thresholds: dict[str, float] = {}
+        if per_group:
+            for group, positions in sorted(members.items()):
+                if len(positions) >= max(GROUP_MIN_RECORDS, 2 * inner_folds):
+                    thresholds[group] = choose_alarm_threshold(
+                        [prefix_runs[i] for i in positions], [prefix_scores[i] for i in positions]
+                    )
         audit_model = StepModel(
             features=feature_names(prefix_only=True),
             scorer=fit_scorer(prefix_runs, best.config, seed),
             prefix_only=True,
             alarm_threshold=threshold,
+            alarm_thresholds=thresholds,
             training={"config": asdict(best.config)},
         )
     return StepModel(

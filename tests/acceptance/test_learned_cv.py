@@ -82,6 +82,11 @@ def test_auditor_figures_are_reported(summary: dict[str, Any]) -> None:
         <= auditor["first_alarm_precision_pm3"]["mean"]
     )
     assert auditor["mean_steps_before_end"]["mean"] > 0.0
+    # Each fold chose an alarm threshold per framework, on its training runs only.
+    for fold in summary["folds"]:
+        thresholds = fold["chosen"]["alarm_thresholds"]
+        assert set(thresholds) == {"ag2", "magentic-one"}
+        assert all(isinstance(value, float) for value in thresholds.values())
 
 
 def test_cv_refuses_attributors_that_do_not_train(datasets_dir: Path) -> None:

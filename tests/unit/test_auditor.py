@@ -8,7 +8,7 @@ import pytest
 
 from faultfinder.attributors.auditor import Auditor
 from faultfinder.attributors.features import step_features
-from faultfinder.attributors.learned import StepModel, default_model
+from faultfinder.attributors.learned import ModelFormatError, StepModel, default_model
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.benchmarks.datasets import BenchmarkRecord
 
@@ -130,3 +130,53 @@ def test_the_auditor_needs_a_prefix_only_model_and_a_threshold() -> None:
     with pytest.raises(ValueError, match="no alarm threshold"):
         Auditor(no_threshold)
     assert Auditor(no_threshold, threshold=0.5).threshold == 0.5
+
+
+def test_a_run_of_a_framework_with_its_own_threshold_alarms_by_it(
+    runs: list[BenchmarkRecord],
+) -> None:
+    trajectory = runs[1].trajectory
+    pooled = default_model().auditor
+    assert pooled is not None
+    probe = Auditor(pooled, threshold=math.inf)
+    stream(probe, trajectory)
+    scores = probe.scores(trajectory.run_id)
+    low = sorted(scores)[len(scores) // 2]
+    model = StepModel(
+        features=pooled.features,
+        scorer=pooled.scorer,
+        prefix_only=True,
+        alarm_threshold=math.inf,  # the pooled threshold never alarms
+        alarm_thresholds={"magentic-one": low},
+    )
+    framework = trajectory.metadata.get("framework")
+    assert framework == "magentic-one"
+    expected = next(i for i, s in enumerate(scores) if s > low)
+    auditor = Auditor(model)
+    assert stream(auditor, trajectory) == [(expected + 1, expected)]
+    alarm = auditor.alarm(trajectory.run_id)
+    assert alarm is not None and alarm.threshold == low
+    # A run that names no framework (or another one) gets the pooled threshold.
+    anonymous = trajectory.model_copy(update={"metadata": {}, "run_id": "anonymous"})
+    assert stream(Auditor(model), anonymous) == []
+    # An explicit threshold applies to every run.
+    assert stream(Auditor(model, threshold=math.inf), trajectory) == []
+
+
+def test_per_framework_thresholds_survive_a_round_trip_and_bad_ones_are_named() -> None:
+    pooled = default_model().auditor
+    assert pooled is not None
+    model = StepModel(
+        features=pooled.features,
+        scorer=pooled.scorer,
+        prefix_only=True,
+        alarm_threshold=0.5,
+        alarm_thresholds={"ag2": 0.25, "magentic-one": 1.5},
+    )
+    loaded = StepModel.from_dict(model.to_dict())
+    assert loaded.alarm_thresholds == {"ag2": 0.25, "magentic-one": 1.5}
+    assert loaded.threshold_for("ag2") == 0.25 and loaded.threshold_for("other") == 0.5
+    data = model.to_dict()
+    data["alarm_thresholds"] = {"ag2": "high"}
+    with pytest.raises(ModelFormatError, match="alarm_thresholds"):
+        StepModel.from_dict(data)
