@@ -670,8 +670,9 @@ class SpanStore:
         SQLite's write lock; on PostgreSQL the page is locked (`SKIP LOCKED`) and the
         conditions are checked again on the row being written. So a span stored
         meanwhile keeps its run as the span left it, and two sweepers (replicas) never
-        both move a run. No run is read into Python. Returns how many runs the larger of the two pages held (a full page
-        means more may be waiting) and the transitions (run id, from, to).
+        both move a run. No run is read into Python. Returns how many runs the larger of
+        the two pages held (a full page means more may be waiting) and the transitions
+        (run id, from, to).
         """
         running = RunStatus.RUNNING.value
         complete = RunStatus.COMPLETE.value
