@@ -109,7 +109,7 @@ class RunRow:
     created_at: int
     updated_at: int
     version: int
-    """Changes on every update (status transitions compare-and-set on it)."""
+    """Incremented on every change of the run row."""
     needs_sweep: bool
     agents: list[str] | None = None
     """Not computed by the store (needs the assembler); None."""

@@ -143,7 +143,7 @@ class RunTable(SQLModel, table=True):
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     updated_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     version: int = Field(sa_column=Column(Integer, nullable=False))
-    """Incremented on every change; status transitions compare-and-set on it."""
+    """Incremented on every change of the row."""
     needs_sweep: bool = Field(sa_column=Column(Boolean, nullable=False))
     """Set by a span write to a finished run and by a posted outcome, cleared by the
     lifecycle sweep once it has looked at the run: lets the sweep re-check finished runs
