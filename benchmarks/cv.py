@@ -30,7 +30,7 @@ from rich.table import Table
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.conformal import step_distribution
 from faultfinder.attributors.heuristics import FirstError
-from faultfinder.attributors.learned import LearnedAttributor, StepModel
+from faultfinder.attributors.learned import LearnedAttributor, StepModel, trajectory_group
 from faultfinder.attributors.model import Attribution, Trajectory
 from faultfinder.attributors.scoring import (
     DEFAULT_TOLERANCES,
@@ -128,11 +128,6 @@ def _withheld(trajectory: Trajectory, use_ground_truth: bool) -> Trajectory:
     return trajectory.model_copy(update={"ground_truth": None})
 
 
-def _group(trajectory: Trajectory) -> str | None:
-    framework = trajectory.metadata.get("framework")
-    return framework if isinstance(framework, str) else None
-
-
 def _held_out(
     record: BenchmarkRecord,
     model: StepModel,
@@ -151,13 +146,15 @@ def _held_out(
     if model.conformal is not None:
         probabilities = step_distribution(learned, n)
         for alpha in settings.alphas:
-            interval = model.conformal.prediction_set(probabilities, alpha, _group(trajectory))
+            interval = model.conformal.prediction_set(
+                probabilities, alpha, trajectory_group(trajectory)
+            )
             covered[alpha] = interval.lo <= record.gold.step <= interval.hi
             removed[alpha] = 1.0 - (interval.hi - interval.lo + 1) / n
     alarm_step: int | None = None
     alarm_agent: str | None = None
     auditor = model.auditor
-    threshold = auditor.threshold_for(_group(trajectory)) if auditor is not None else None
+    threshold = auditor.threshold_for(trajectory_group(trajectory)) if auditor is not None else None
     if auditor is not None and threshold is not None:
         prefix = cache.matrix(record, use_ground_truth=settings.use_ground_truth, prefix_only=True)
         alarm_step = first_alarm(

@@ -509,19 +509,22 @@ def tune_and_fit(
     for i, run in enumerate(runs):
         if run.group is not None:
             members.setdefault(run.group, []).append(i)
+    # Frameworks with enough training runs get choices of their own (model, alarm threshold).
+    own_groups = {
+        group: positions
+        for group, positions in sorted(members.items())
+        if per_group and len(positions) >= max(GROUP_MIN_RECORDS, 2 * inner_folds)
+    }
     group_choices: dict[str, _Choice] = {}
-    if per_group:
-        for group, positions in sorted(members.items()):
-            if len(positions) < max(GROUP_MIN_RECORDS, 2 * inner_folds):
-                continue
-            candidates = list(pooled)
-            for config in grid:
-                own = _scores_by_position(runs, positions, config, inner_folds, seed)
-                candidates.append((config, True, own))
-                if on_step is not None:
-                    on_step(f"{group}: {config.label()}")
-            choice, report[group] = _best(runs, positions, candidates)
-            group_choices[group] = choice
+    for group, positions in own_groups.items():
+        candidates = list(pooled)
+        for config in grid:
+            own = _scores_by_position(runs, positions, config, inner_folds, seed)
+            candidates.append((config, True, own))
+            if on_step is not None:
+                on_step(f"{group}: {config.label()}")
+        choice, report[group] = _best(runs, positions, candidates)
+        group_choices[group] = choice
 
     def chosen_for(run: RunMatrix) -> _Choice:
         return group_choices.get(run.group or "", best)
@@ -562,14 +565,13 @@ def tune_and_fit(
         threshold = choose_alarm_threshold(prefix_runs, prefix_scores)
         # Per framework (as the conformal sets): the first alarm's hit rate and the
         # share of runs that alarm differ widely between frameworks, so one pooled
-        # threshold over-alarms on some. Only frameworks with enough training runs.
-        thresholds: dict[str, float] = {}
-        if per_group:
-            for group, positions in sorted(members.items()):
-                if len(positions) >= max(GROUP_MIN_RECORDS, 2 * inner_folds):
-                    thresholds[group] = choose_alarm_threshold(
-                        [prefix_runs[i] for i in positions], [prefix_scores[i] for i in positions]
-                    )
+        # threshold over-alarms on some.
+        thresholds = {
+            group: choose_alarm_threshold(
+                [prefix_runs[i] for i in positions], [prefix_scores[i] for i in positions]
+            )
+            for group, positions in own_groups.items()
+        }
         audit_model = StepModel(
             features=feature_names(prefix_only=True),
             scorer=fit_scorer(prefix_runs, best.config, seed),

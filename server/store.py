@@ -700,22 +700,21 @@ class SpanStore:
         # stored through the status index; unordered, it reads only the changed ones
         # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
         changed_page = select(RUNS.c.id).where(changed).limit(limit)
-        finish_where: list[ColumnElement[bool]] = [RUNS.c.id.in_(due_page.scalar_subquery())]
-        recheck_where: list[ColumnElement[bool]] = [RUNS.c.id.in_(changed_page.scalar_subquery())]
-        if self._postgres:
-            # A row another sweeper is settling is skipped, not waited for; a row a
-            # writer changed after the page was chosen is checked again as it is now.
-            due_page = due_page.with_for_update(skip_locked=True)
-            changed_page = changed_page.with_for_update(skip_locked=True)
-            finish_where = [RUNS.c.id.in_(due_page.scalar_subquery()), due]
-            recheck_where = [RUNS.c.id.in_(changed_page.scalar_subquery()), changed]
         # On SQLite one statement runs alone under the database's write lock, so the
         # page's rows still meet the conditions; repeating them outside the subquery
         # made SQLite scan every run of the status instead of finding the page's rows by
-        # primary key.
+        # primary key. On PostgreSQL a row another sweeper is settling is skipped, not
+        # waited for, and a row a writer changed after the page was chosen is checked
+        # again as it is now.
+        recheck_due: tuple[ColumnElement[bool], ...] = ()
+        recheck_changed: tuple[ColumnElement[bool], ...] = ()
+        if self._postgres:
+            due_page = due_page.with_for_update(skip_locked=True)
+            changed_page = changed_page.with_for_update(skip_locked=True)
+            recheck_due, recheck_changed = (due,), (changed,)
         finish = (
             update(RUNS)
-            .where(*finish_where)
+            .where(RUNS.c.id.in_(due_page.scalar_subquery()), *recheck_due)
             .values(
                 status=case((failure, failed), else_=complete),
                 completed_at=func.coalesce(RUNS.c.completed_at, now),
@@ -727,7 +726,7 @@ class SpanStore:
         )
         recheck = (
             update(RUNS)
-            .where(*recheck_where)
+            .where(RUNS.c.id.in_(changed_page.scalar_subquery()), *recheck_changed)
             .values(
                 status=case((failure, failed), else_=RUNS.c.status),
                 updated_at=case((failure, now), else_=RUNS.c.updated_at),
@@ -736,11 +735,10 @@ class SpanStore:
             )
             .returning(RUNS.c.id, RUNS.c.status)
         )
-        transitions: list[tuple[str, RunStatus, RunStatus]] = []
         async with self._engine.begin() as conn:
             finished = (await conn.execute(finish)).all()
             rechecked = (await conn.execute(recheck)).all()
-        transitions += [(row.id, RunStatus.RUNNING, RunStatus(row.status)) for row in finished]
+        transitions = [(row.id, RunStatus.RUNNING, RunStatus(row.status)) for row in finished]
         transitions += [
             (row.id, RunStatus.COMPLETE, RunStatus.FAILED)
             for row in rechecked
