@@ -52,7 +52,7 @@ class SweepFigures:
 
 
 PREPARED_PER_SECOND = 20
-"""Writes prepared per second of the run; this machine's PostgreSQL took about 16."""
+"""Writes prepared per second of the run; PostgreSQL on a 2-core machine took about 16."""
 
 
 async def measure(

@@ -232,7 +232,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     )
                 # What start-up built (modules, routes, the engine) lives as long as the
                 # server. Frozen, it is no longer walked by every full collection, which
-                # halves those pauses under ingest (median 145-153 -> 51-68 ms; see
+                # halves those pauses under ingest (median 145-153 -> 51-76 ms; see
                 # benchmarks/reports/reliability.md).
                 gc.collect()
                 gc.freeze()
