@@ -6,6 +6,7 @@ A full queue answers UNAVAILABLE (retryable per the OTLP spec) so exporters back
 from __future__ import annotations
 
 import logging
+import time
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -36,6 +37,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             if not self._keys.may_ingest(key):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
         project = metadata.get(PROJECT_HEADER)
+        decode_started = time.perf_counter()
         try:
             batch = decode_request(
                 request, project_header=project if isinstance(project, str) else None
@@ -44,6 +46,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             self._writer.counters.reject_request("undecodable")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise AssertionError("unreachable") from exc
+        self._writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
         if batch.rejected:
             self._writer.counters.reject_spans("invalid_span", batch.rejected)
         self._writer.counters.values_truncated += batch.truncated_values

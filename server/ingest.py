@@ -19,7 +19,9 @@ error; a database outage only ever delays ingest.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -119,6 +121,7 @@ class Stored:
 class _Pending:
     spans: Sequence[SpanRecord]
     done: asyncio.Future[Stored]
+    queued_at: float = field(default_factory=time.perf_counter)
     rejected: list[str] = field(default_factory=list)
     """One line per span the database refused."""
 
@@ -152,6 +155,41 @@ def _split(group: list[_Part]) -> tuple[list[_Part], list[_Part]] | None:
     return [_Part(part.item, part.spans[:middle])], [_Part(part.item, part.spans[middle:])]
 
 
+SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds of the ingest duration histograms, in seconds."""
+
+
+@dataclass
+class DurationHistogram:
+    """Counts of durations per bucket (`counts[i]`: at most `bounds[i]` seconds and more
+    than the bound before; the last count is above every bound) and their sum."""
+
+    bounds: tuple[float, ...] = SECONDS_BUCKETS
+    counts: list[int] = field(default_factory=list)
+    total_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.total_seconds += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(`le`, observations at most that many seconds), ending with `+Inf`."""
+        running = 0
+        out: list[tuple[str, int]] = []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        return out
+
+
 @dataclass
 class IngestCounters:
     """Running totals, read by /api/stats/ingest and /metrics."""
@@ -166,6 +204,12 @@ class IngestCounters:
     batches_written: int = 0
     values_truncated: int = 0
     """Attribute values cut to the size cap or replaced for nesting too deeply at decode."""
+    decode_seconds: DurationHistogram = field(default_factory=DurationHistogram)
+    """Per request: decompressing and decoding its body (the receivers observe it)."""
+    queue_seconds: DurationHistogram = field(default_factory=DurationHistogram)
+    """Per submission: from entering the queue until the writer takes it."""
+    commit_seconds: DurationHistogram = field(default_factory=DurationHistogram)
+    """Per committed transaction: the write that stored it (failed tries not included)."""
 
     def reject_spans(self, reason: str, count: int) -> None:
         self.spans_rejected[reason] = self.spans_rejected.get(reason, 0) + count
@@ -267,6 +311,9 @@ class SpanWriter:
                 await self._wakeup.wait()
                 continue
             batch = self._take_batch()
+            taken = time.perf_counter()
+            for item in batch:
+                self.counters.queue_seconds.observe(taken - item.queued_at)
             await self._store([_Part(item, item.spans) for item in batch])
             self._queued_spans -= sum(len(item.spans) for item in batch)
             for item in batch:
@@ -299,6 +346,7 @@ class SpanWriter:
         backoff = self._backoff_min
         attempts = 0
         while True:
+            started = time.perf_counter()
             try:
                 await self._write(spans)
             except Exception as error:
@@ -319,6 +367,7 @@ class SpanWriter:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._backoff_max)
                 continue
+            self.counters.commit_seconds.observe(time.perf_counter() - started)
             self.counters.spans_stored += len(spans)
             self.counters.batches_written += 1
             return None

@@ -16,7 +16,12 @@ from typing import Any
 from litestar import Controller, Request, Response, get
 from litestar.datastructures import State
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
@@ -106,6 +111,29 @@ class LiveCollector(Collector):
         yield from (received, stored, rejected, requests_rejected, write_errors, batches)
         yield truncated
         yield from (queued, capacity)
+        if counters is not None:
+            # Where an ingest request's time goes: decode, wait in the queue, commit.
+            for name, text, histogram in (
+                (
+                    "faultfinder_ingest_decode_seconds",
+                    "Decompressing and decoding one ingest request's body.",
+                    counters.decode_seconds,
+                ),
+                (
+                    "faultfinder_ingest_queue_wait_seconds",
+                    "Time a request's spans waited in the ingest queue for the writer.",
+                    counters.queue_seconds,
+                ),
+                (
+                    "faultfinder_ingest_commit_seconds",
+                    "Duration of each committed write transaction (group commit of the "
+                    "waiting spans; failed tries not included).",
+                    counters.commit_seconds,
+                ),
+            ):
+                yield HistogramMetricFamily(
+                    name, text, buckets=histogram.cumulative(), sum_value=histogram.total_seconds
+                )
 
         snapshot = self.snapshot
         database_up = GaugeMetricFamily(

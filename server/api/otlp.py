@@ -14,6 +14,8 @@ queue limit counts.
 
 from __future__ import annotations
 
+import time
+
 from google.rpc import status_pb2
 from litestar import Controller, Request, Response, post
 from litestar.datastructures import State
@@ -146,6 +148,7 @@ class OtlpTraceController(Controller):
             if len(body) > reserved:
                 inflight.add(len(body) - reserved)
                 reserved = len(body)
+            decode_started = time.perf_counter()
             raw = decompress(
                 body,
                 request.headers.get("content-encoding"),
@@ -154,6 +157,7 @@ class OtlpTraceController(Controller):
             project = request.headers.get(PROJECT_HEADER)
             decode = decode_json if as_json else decode_protobuf
             batch = decode(raw, project_header=project)
+            writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
             # Waiting for the writer, the request holds its decoded spans (which the queue
             # limit counts), not its body as well.
             del body, raw

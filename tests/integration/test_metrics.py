@@ -50,6 +50,7 @@ def test_metrics_count_what_a_replay_did(database_url: str, tmp_path: Path) -> N
         before = scrape(client)
         assert total(before, "faultfinder_spans_received_total") == 0
         assert total(before, "faultfinder_database_up") == 1
+        assert total(before, "faultfinder_ingest_commit_seconds_count") == 0
 
         result = replay(records, to=sidecar.url, progress=False)
         assert result.failures == 0
@@ -71,6 +72,15 @@ def test_metrics_count_what_a_replay_did(database_url: str, tmp_path: Path) -> N
         assert total(after, "faultfinder_spans_stored_total") == result.spans
         assert total(after, "faultfinder_ingest_requests_rejected_total", reason="undecodable") == 1
         assert total(after, "faultfinder_ingest_queue_spans") == 0
+        # Where ingest time went: every decoded request was timed, waited in the queue
+        # once, and every committed transaction was timed.
+        decoded = total(after, "faultfinder_ingest_decode_seconds_count")
+        assert decoded >= 1
+        assert total(after, "faultfinder_ingest_decode_seconds_bucket", le="+Inf") == decoded
+        assert total(after, "faultfinder_ingest_queue_wait_seconds_count") == decoded
+        commits = total(after, "faultfinder_ingest_commit_seconds_count")
+        assert commits == total(after, "faultfinder_ingest_batches_total") >= 1
+        assert total(after, "faultfinder_ingest_commit_seconds_sum") > 0
         assert total(after, "faultfinder_runs", status="attributed") == len(records)
         assert total(after, "faultfinder_runs", status="running") == 0
         assert total(

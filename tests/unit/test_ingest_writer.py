@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.ingest import (
+    DurationHistogram,
     IngestSaturatedError,
     IngestUnavailableError,
     SpanWriter,
@@ -89,6 +90,40 @@ async def test_concurrent_requests_share_transactions() -> None:
     assert len(store.transactions) < 20
 
 
+async def test_queue_wait_and_commit_time_are_measured_per_request_and_transaction() -> None:
+    store = RecordingStore()
+    store.gate.clear()
+    async with SpanWriter(
+        store.write, max_queued_spans=1000, max_batch_spans=500, ack_timeout=5
+    ) as writer:
+        first = asyncio.create_task(writer.submit(spans(10, trace=1)))
+        await asyncio.sleep(0.01)  # the writer has taken it and waits on the database
+        second = asyncio.create_task(writer.submit(spans(10, trace=2)))
+        await asyncio.sleep(0.2)
+        store.gate.set()
+        await asyncio.gather(first, second)
+    counters = writer.counters
+    # Two transactions; the first was held up 0.2 s by the database.
+    assert len(store.transactions) == 2
+    assert counters.commit_seconds.count == 2
+    assert counters.commit_seconds.total_seconds >= 0.2
+    # The first request was taken at once; the second waited behind the blocked write.
+    assert counters.queue_seconds.count == 2
+    buckets = dict(counters.queue_seconds.cumulative())
+    assert buckets["0.1"] == 1
+    assert buckets["+Inf"] == 2
+    assert counters.queue_seconds.total_seconds >= 0.2
+
+
+def test_duration_buckets_hold_values_up_to_their_bound() -> None:
+    histogram = DurationHistogram(bounds=(0.01, 0.1))
+    for seconds in (0.0, 0.01, 0.0100001, 0.1, 7.0):
+        histogram.observe(seconds)
+    assert histogram.cumulative() == [("0.01", 2), ("0.1", 4), ("+Inf", 5)]
+    assert histogram.count == 5
+    assert histogram.total_seconds == pytest.approx(7.1200001)
+
+
 async def test_a_full_queue_refuses_at_once_and_keeps_what_it_holds() -> None:
     store = RecordingStore()
     store.gate.clear()
@@ -118,6 +153,8 @@ async def test_store_failures_are_retried_without_losing_spans() -> None:
         await writer.submit(spans(50))
     assert len(store.stored) == 50
     assert writer.counters.write_errors == 3
+    # Only the try that committed is timed.
+    assert writer.counters.commit_seconds.count == len(store.transactions) == 1
 
 
 async def test_slow_store_times_out_the_request_but_still_writes_on_shutdown() -> None:
