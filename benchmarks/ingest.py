@@ -41,6 +41,13 @@ from faultfinder.benchmarks.replay import parse_headers
 
 STATS_INGEST_PATH = "/api/stats/ingest"
 """faultfinder's ingest statistics endpoint: JSON `{"spans_stored": int, ...}`."""
+METRICS_PATH = "/metrics"
+SERVER_STAGES = (
+    ("decode", "faultfinder_ingest_decode_seconds"),
+    ("queue_wait", "faultfinder_ingest_queue_wait_seconds"),
+    ("commit", "faultfinder_ingest_commit_seconds"),
+)
+"""faultfinder's ingest histograms: where a request's time goes inside the server."""
 _THROTTLE_STATUS = frozenset({429, 503})
 _TRANSPORT_RETRIES = 3
 _POLL_INTERVAL_S = 0.05
@@ -53,6 +60,17 @@ class Verify(StrEnum):
     """Poll faultfinder's ingest statistics until every accepted span is stored."""
     NONE = "none"
     """Trust the 2xx answers (any OTLP/HTTP server, e.g. Arize Phoenix)."""
+
+
+@dataclass
+class StageTimes:
+    """One server-side ingest stage over the run, from the difference of two scrapes of
+    faultfinder's histograms. Quantiles are bucket upper bounds (None: above the largest)."""
+
+    count: int
+    mean_ms: float
+    p50_at_most_ms: float | None
+    p99_at_most_ms: float | None
 
 
 @dataclass
@@ -98,6 +116,10 @@ class IngestReport:
     """The server process's VmHWM (peak since it started)."""
     server_sampled_peak_rss_mb: float | None = None
     """Highest VmRSS seen while this run was sending and waiting."""
+    server_stages: dict[str, StageTimes] | None = None
+    """With --verify faultfinder: decode, queue wait and commit times inside the server."""
+    writer_busy: float | None = None
+    """Share of the time until every span was stored that the server spent committing."""
     errors: list[str] = field(default_factory=list)
     """A few distinct failure messages, for diagnosis."""
 
@@ -264,6 +286,69 @@ async def _stored_spans(client: httpx.AsyncClient, stats_url: str) -> int | str:
         return f"durability not measurable: GET {STATS_INGEST_PATH} has no integer spans_stored"
 
 
+_Histogram = tuple[dict[float, float], float, float]
+"""Cumulative count per bucket bound (`inf` for +Inf), sum of seconds, count."""
+
+
+async def _server_histograms(client: httpx.AsyncClient, url: str) -> dict[str, _Histogram]:
+    """faultfinder's ingest histograms from its /metrics; empty when it has none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        response = await client.get(url)
+    except httpx.HTTPError:
+        return {}
+    if response.status_code != 200:
+        return {}
+    wanted = {name for _, name in SERVER_STAGES}
+    found: dict[str, _Histogram] = {}
+    try:
+        for family in text_string_to_metric_families(response.text):
+            if family.name not in wanted or family.type != "histogram":
+                continue
+            buckets: dict[float, float] = {}
+            total = count = 0.0
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets[float(sample.labels["le"])] = sample.value
+                elif sample.name.endswith("_sum"):
+                    total = sample.value
+                elif sample.name.endswith("_count"):
+                    count = sample.value
+            found[family.name] = (buckets, total, count)
+    except ValueError:
+        return {}
+    return found
+
+
+def _seconds_between(
+    before: Mapping[str, _Histogram], after: Mapping[str, _Histogram], name: str
+) -> float | None:
+    if name not in after:
+        return None
+    return after[name][1] - (before[name][1] if name in before else 0.0)
+
+
+def _stage_times(before: _Histogram | None, after: _Histogram) -> StageTimes:
+    """What happened between two scrapes of one histogram."""
+    earlier = before or ({}, 0.0, 0.0)
+    count = after[2] - earlier[2]
+    buckets = sorted((bound, after[0][bound] - earlier[0].get(bound, 0.0)) for bound in after[0])
+
+    def at_most(q: float) -> float | None:
+        for bound, cumulative in buckets:
+            if cumulative >= q * count:
+                return None if math.isinf(bound) else bound * 1000
+        return None
+
+    return StageTimes(
+        count=int(count),
+        mean_ms=(after[1] - earlier[1]) / count * 1000 if count else 0.0,
+        p50_at_most_ms=at_most(0.5) if count else None,
+        p99_at_most_ms=at_most(0.99) if count else None,
+    )
+
+
 async def _sample_server_memory(pid: int, report: IngestReport, stop: asyncio.Event) -> None:
     while True:
         rss = process_memory_kb(pid).get("VmRSS")
@@ -316,10 +401,12 @@ async def run_ingest(
         timeout=httpx.Timeout(timeout), limits=limits, headers=dict(headers or {})
     ) as client:
         baseline: int | None = None
+        stages_before: dict[str, _Histogram] = {}
         if verify is Verify.FAULTFINDER:
             outcome = await _stored_spans(client, base + STATS_INGEST_PATH)
             if isinstance(outcome, int):
                 baseline = outcome
+                stages_before = await _server_histograms(client, base + METRICS_PATH)
             else:
                 report.durability_note = outcome
 
@@ -353,6 +440,16 @@ async def run_ingest(
                 settle_timeout,
                 progress,
             )
+            if stages_before:
+                after = await _server_histograms(client, base + METRICS_PATH)
+                report.server_stages = {
+                    stage: _stage_times(stages_before.get(name), after[name])
+                    for stage, name in SERVER_STAGES
+                    if name in after
+                }
+                commit_s = _seconds_between(stages_before, after, SERVER_STAGES[-1][1])
+                if commit_s is not None and report.durable_after_s:
+                    report.writer_busy = commit_s / report.durable_after_s
         stop_sampling.set()
         if sampler is not None:
             await sampler
@@ -494,6 +591,18 @@ def report_lines(report: IngestReport) -> list[str]:
         lines.append(f"lost              {report.lost_spans} spans (stored {report.spans_stored})")
     if report.durability_note:
         lines.append(f"durability        {report.durability_note}")
+    for stage, times in (report.server_stages or {}).items():
+        label = {"decode": "decoding", "queue_wait": "queue wait", "commit": "commits"}[stage]
+        what = "transactions" if stage == "commit" else "requests"
+        lines.append(
+            f"server {label:<11}{times.count} {what}, mean {times.mean_ms:.1f} ms, "
+            f"p50 ≤ {_bound(times.p50_at_most_ms)}, p99 ≤ {_bound(times.p99_at_most_ms)}"
+            + (
+                f"; writer busy {report.writer_busy:.0%} of the run"
+                if stage == "commit" and report.writer_busy is not None
+                else ""
+            )
+        )
     lines.append(f"client peak RSS   {report.client_peak_rss_mb:.0f} MB")
     if report.server_peak_rss_mb is not None or report.server_sampled_peak_rss_mb is not None:
         peak = f"{report.server_peak_rss_mb:.0f} MB" if report.server_peak_rss_mb else "n/a"
@@ -504,6 +613,12 @@ def report_lines(report: IngestReport) -> list[str]:
         )
     lines.extend(f"error             {message}" for message in report.errors)
     return lines
+
+
+def _bound(milliseconds: float | None) -> str:
+    if milliseconds is None:
+        return "∞ (above the largest bucket)"
+    return f"{milliseconds:g} ms"
 
 
 @click.command(name="ingest")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
@@ -21,9 +22,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from faultfinder.benchmarks.cli import bench
-from faultfinder.benchmarks.ingest import ingest
+from faultfinder.benchmarks.ingest import ingest, report_lines
 from faultfinder.benchmarks.otlp_traces import prepare_requests
 from faultfinder.sdk import conventions as c
+from tests.integration.sidecar import running_sidecar
 
 
 def _hex_ids_to_base64(node: Any) -> Any:
@@ -184,7 +186,34 @@ def test_sends_exactly_the_requested_spans_and_verifies_storage() -> None:
     assert report.durable_spans_per_s is not None and report.durable_spans_per_s > 0
     assert report.durable_after_s is not None and report.durable_after_s >= report.send_seconds
     assert report.client_peak_rss_mb > 0
+    # This sink has no /metrics: no server-side breakdown, and no error for it.
+    assert report.server_stages is None and report.writer_busy is None
+    assert report.errors == []
     assert report.ok
+
+
+def test_against_faultfinder_it_reports_where_the_servers_time_went(
+    database_url: str, tmp_path: Path
+) -> None:
+    with running_sidecar(database_url, tmp_path) as sidecar:
+        ingest(sidecar.url, 300, batch=100, verify="faultfinder", progress=False)
+        report = ingest(
+            sidecar.url, 500, batch=50, concurrency=4, verify="faultfinder", progress=False
+        )
+    assert report.ok and report.requests == 10
+    stages = report.server_stages
+    assert stages is not None and set(stages) == {"decode", "queue_wait", "commit"}
+    # Only this run's requests count (the first run's 3 are left out).
+    assert stages["decode"].count == stages["queue_wait"].count == 10
+    # Waiting requests share transactions: at least one, at most one per request.
+    assert 1 <= stages["commit"].count <= 10
+    for times in stages.values():
+        assert times.mean_ms > 0
+        assert times.p50_at_most_ms is not None and times.p99_at_most_ms is not None
+        assert times.p50_at_most_ms <= times.p99_at_most_ms
+    assert report.writer_busy is not None and 0 < report.writer_busy <= 1.0
+    lines = "\n".join(report_lines(report))
+    assert "server commits    " in lines and "writer busy" in lines
 
 
 def test_json_gzip_bodies_decode_as_otlp_json() -> None:
