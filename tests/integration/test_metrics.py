@@ -81,6 +81,17 @@ def test_metrics_count_what_a_replay_did(database_url: str, tmp_path: Path) -> N
         commits = total(after, "faultfinder_ingest_commit_seconds_count")
         assert commits == total(after, "faultfinder_ingest_batches_total") >= 1
         assert total(after, "faultfinder_ingest_commit_seconds_sum") > 0
+        # The gRPC receiver is timed the same way.
+        over_grpc = replay(
+            records[:1], to=f"http://{sidecar.grpc_endpoint}", protocol="grpc", progress=False
+        )
+        assert over_grpc.failures == 0 and over_grpc.spans > 0
+        grpc_after = scrape(client)
+        assert total(grpc_after, "faultfinder_spans_stored_total") == result.spans + over_grpc.spans
+        assert total(grpc_after, "faultfinder_ingest_decode_seconds_count") > decoded
+        assert total(grpc_after, "faultfinder_ingest_queue_wait_seconds_count") == total(
+            grpc_after, "faultfinder_ingest_decode_seconds_count"
+        )
         assert total(after, "faultfinder_runs", status="attributed") == len(records)
         assert total(after, "faultfinder_runs", status="running") == 0
         assert total(
