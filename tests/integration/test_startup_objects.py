@@ -13,16 +13,20 @@ from faultfinder.server.app import SWITCH_INTERVAL_S, create_app
 from faultfinder.server.settings import load_settings
 
 
-def test_start_up_objects_are_frozen_while_serving_and_released_at_shutdown(
-    tmp_path: Path,
-) -> None:
+def serving(tmp_path: Path) -> TestClient:  # type: ignore[type-arg]
     settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'frozen.db'}",
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'sidecar.db'}",
         grpc_enabled=False,
         workers=0,
     )
+    return TestClient(app=create_app(settings))
+
+
+def test_start_up_objects_are_frozen_while_serving_and_released_at_shutdown(
+    tmp_path: Path,
+) -> None:
     assert gc.get_freeze_count() == 0
-    with TestClient(app=create_app(settings)) as client:
+    with serving(tmp_path) as client:
         assert client.get("/healthz").status_code == 200
         # The app's own objects are among those a full collection no longer walks.
         assert gc.get_freeze_count() > 10_000
@@ -33,14 +37,9 @@ def test_start_up_objects_are_frozen_while_serving_and_released_at_shutdown(
 def test_the_gil_switch_interval_is_short_while_serving_and_restored_at_shutdown(
     tmp_path: Path,
 ) -> None:
-    settings = load_settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'switch.db'}",
-        grpc_enabled=False,
-        workers=0,
-    )
     before = sys.getswitchinterval()
     assert before > SWITCH_INTERVAL_S
-    with TestClient(app=create_app(settings)) as client:
+    with serving(tmp_path) as client:
         assert client.get("/healthz").status_code == 200
         assert sys.getswitchinterval() == SWITCH_INTERVAL_S
     assert sys.getswitchinterval() == before
