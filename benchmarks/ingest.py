@@ -68,6 +68,7 @@ class StageTimes:
     faultfinder's histograms. Quantiles are bucket upper bounds (None: above the largest)."""
 
     count: int
+    total_s: float
     mean_ms: float
     p50_at_most_ms: float | None
     p99_at_most_ms: float | None
@@ -321,14 +322,6 @@ async def _server_histograms(client: httpx.AsyncClient, url: str) -> dict[str, _
     return found
 
 
-def _seconds_between(
-    before: Mapping[str, _Histogram], after: Mapping[str, _Histogram], name: str
-) -> float | None:
-    if name not in after:
-        return None
-    return after[name][1] - (before[name][1] if name in before else 0.0)
-
-
 def _stage_times(before: _Histogram | None, after: _Histogram) -> StageTimes:
     """What happened between two scrapes of one histogram."""
     earlier = before or ({}, 0.0, 0.0)
@@ -341,9 +334,11 @@ def _stage_times(before: _Histogram | None, after: _Histogram) -> StageTimes:
                 return None if math.isinf(bound) else bound * 1000
         return None
 
+    total = after[1] - earlier[1]
     return StageTimes(
         count=int(count),
-        mean_ms=(after[1] - earlier[1]) / count * 1000 if count else 0.0,
+        total_s=total,
+        mean_ms=total / count * 1000 if count else 0.0,
         p50_at_most_ms=at_most(0.5) if count else None,
         p99_at_most_ms=at_most(0.99) if count else None,
     )
@@ -447,9 +442,9 @@ async def run_ingest(
                     for stage, name in SERVER_STAGES
                     if name in after
                 }
-                commit_s = _seconds_between(stages_before, after, SERVER_STAGES[-1][1])
-                if commit_s is not None and report.durable_after_s:
-                    report.writer_busy = commit_s / report.durable_after_s
+                commits = report.server_stages.get("commit")
+                if commits is not None and report.durable_after_s:
+                    report.writer_busy = commits.total_s / report.durable_after_s
         stop_sampling.set()
         if sampler is not None:
             await sampler
