@@ -370,6 +370,7 @@ def _split_role(role: str) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------------
 
 _SINGLE_AGENT_NAME = "agent"
+_NOT_TEAM_KINDS = frozenset({StepKind.HUMAN, StepKind.SYSTEM, StepKind.TOOL})
 """What the Pro scorer compares single-agent predictions against."""
 
 _PRO_FRAMEWORKS = frozenset(
@@ -443,6 +444,16 @@ def load_who_and_when_pro_record(path: Path) -> BenchmarkRecord:
         mode=mode,
     )
 
+    # The system's team: the declared agents and whoever acts in the run; never the user,
+    # the system prompt or a tool reply (the release never blames those). Single-agent
+    # frameworks have the one literal agent the release scores against.
+    declared = [
+        agent["id"]
+        for agent in fields.data.get("agents") or []
+        if isinstance(agent, dict) and isinstance(agent.get("id"), str) and agent["id"]
+    ]
+    acting = [step.agent for step in steps if step.kind not in _NOT_TEAM_KINDS]
+    roster = list(dict.fromkeys([*declared, *acting]))
     task = fields.mapping("task")
     record_id = f"{framework}/{path.stem}"
     trajectory = Trajectory(
@@ -463,6 +474,7 @@ def load_who_and_when_pro_record(path: Path) -> BenchmarkRecord:
                 for agent in fields.data.get("agents") or []
                 if isinstance(agent, dict)
             ],
+            **({"roster": roster} if roster else {}),
         },
     )
     return BenchmarkRecord(WHO_AND_WHEN_PRO, framework, record_id, trajectory, gold)

@@ -275,6 +275,20 @@ def test_pro_single_agent_traces_use_the_literal_agent_name() -> None:
 
 
 @needs_pro
+def test_pro_roster_is_the_team_not_the_user_system_or_tools() -> None:
+    loaded = records("who_and_when_pro")
+    assert loaded["eva/lvbench_camel"].trajectory.roster == ("agent",)
+    assert loaded["smolagents/mmsearch_car"].trajectory.roster == ("agent",)
+    assert loaded["magentic-one/simpleqa_election"].trajectory.roster == (
+        "orchestrator", "websurfer", "coder", "filesurfer", "computerterminal",
+    )  # fmt: skip
+    assert loaded["macnet/macnet_triangle"].trajectory.roster == ("node_0", "node_1", "node_out")
+    for record in loaded.values():
+        assert record.gold.agent in record.trajectory.roster
+        assert not {"user", "system", "tool"} & set(record.trajectory.roster)
+
+
+@needs_pro
 def test_pro_multi_agent_steps_name_their_agents() -> None:
     loaded = records("who_and_when_pro")
     election = loaded["magentic-one/simpleqa_election"].trajectory
