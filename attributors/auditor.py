@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from faultfinder.attributors.features import PrefixScanner
-from faultfinder.attributors.learned import StepModel, default_model, trajectory_group
+from faultfinder.attributors.heuristics import is_acting_step
+from faultfinder.attributors.learned import (
+    StepModel,
+    can_be_blamed,
+    default_model,
+    trajectory_group,
+)
 from faultfinder.attributors.model import Step, Trajectory
 
 __all__ = ["Alarm", "Auditor"]
@@ -23,6 +29,7 @@ class Alarm:
     run_id: str
     step: int
     agent: str
+    """The agent answering for the step (for a tool's report, the agent that called it)."""
     score: float
     threshold: float
     steps_seen: int
@@ -36,6 +43,8 @@ class _RunState:
     steps: list[Step] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     alarm: Alarm | None = None
+    actor: str | None = None
+    """The agent of the latest step an agent decided (`learned.answerable_agents`)."""
 
 
 class Auditor:
@@ -91,16 +100,18 @@ class Auditor:
         for step in steps[len(state.steps) :]:
             state.scanner.push(step)
             state.steps.append(step)
+            if is_acting_step(step):
+                state.actor = step.agent
             index = step.index
             score = self.model.scorer.score(state.scanner.prefix_row(index))
             state.scores.append(score)
-            if raised is None and score > threshold:
+            if raised is None and score > threshold and can_be_blamed(step):
                 if self.alarm_once and state.alarm is not None:
                     continue
                 raised = Alarm(
                     run_id=run_id,
                     step=index,
-                    agent=step.agent,
+                    agent=state.actor if state.actor is not None else step.agent,
                     score=score,
                     threshold=threshold,
                     steps_seen=len(steps),

@@ -3,7 +3,12 @@
 The model is a JSON artifact (`StepModel`): a linear scorer or a gradient-boosted tree
 ensemble over the features of `attributors.features`, trained by
 `faultfinder.benchmarks.train`. Scores become a distribution over steps (softmax);
-the top step is blamed and its owner (or the agent with the most mass) is the agent.
+the top step is blamed, and the agent answering for it (or the agent with the most mass)
+is the agent; a tool's or human's report answers to the agent that acted before it
+(`answerable_agents`).
+Steps that are not an agent's doing (the task giver's turns, system prompts and
+framework bookkeeping: `StepKind.HUMAN` / `StepKind.SYSTEM`) get no probability, so
+they are never blamed, never in the agent mass and never alarmed on (`blameable`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from typing import Any
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.conformal import ConformalCalibration
 from faultfinder.attributors.features import feature_names, step_features
-from faultfinder.attributors.model import Attribution, Candidate, Trajectory
+from faultfinder.attributors.heuristics import is_acting_step
+from faultfinder.attributors.model import Attribution, Candidate, Step, StepKind, Trajectory
 
 __all__ = [
     "DEFAULT_MODEL_RESOURCE",
@@ -35,6 +41,9 @@ __all__ = [
     "StepModel",
     "TreeEnsembleScorer",
     "agent_scores",
+    "answerable_agents",
+    "blameable",
+    "can_be_blamed",
     "default_model",
     "softmax",
     "trajectory_group",
@@ -203,8 +212,11 @@ class StepModel:
         )
         return self.for_group(trajectory_group(trajectory)).score_rows(rows)
 
-    def distribution(self, scores: Sequence[float]) -> list[float]:
-        return softmax(scores, self.temperature)
+    def distribution(
+        self, scores: Sequence[float], mask: Sequence[bool] | None = None
+    ) -> list[float]:
+        """Step probabilities; steps where `mask` is False get none (see `blameable`)."""
+        return softmax(scores, self.temperature, mask)
 
     # --- (de)serialisation ---
 
@@ -347,10 +359,52 @@ def default_model() -> StepModel:
     )
 
 
-def softmax(scores: Sequence[float], temperature: float = 1.0) -> list[float]:
-    """Scores → probabilities summing to 1 (numerically stable)."""
+_NOT_BLAMED_KINDS = frozenset({StepKind.HUMAN, StepKind.SYSTEM})
+
+
+def blameable(steps: Sequence[Step]) -> list[bool]:
+    """Which steps the learned scorer may blame: every step an agent, a tool or a handoff
+    produced; not the task giver's turns nor system prompts and bookkeeping, which are
+    never the decisive mistake of the system (no Who&When or Who&When Pro label points at
+    one). A run made only of such steps keeps them all, so there is always a candidate."""
+    mask = [can_be_blamed(step) for step in steps]
+    return mask if any(mask) else [True] * len(mask)
+
+
+def can_be_blamed(step: Step) -> bool:
+    """Whether `step` is an agent's, tool's or handoff's doing (see `blameable`)."""
+    return step.kind not in _NOT_BLAMED_KINDS
+
+
+def answerable_agents(steps: Sequence[Step]) -> list[str]:
+    """The agent that answers for each step: its own agent where an agent decided it;
+    for a tool's, terminal's or human's report, the agent of the nearest earlier step an
+    agent decided (the one that called the tool), as `first_error` blames it; the step's
+    own agent where no agent acted before it."""
+    answerable: list[str] = []
+    actor: str | None = None
+    for step in steps:
+        if is_acting_step(step):
+            actor = step.agent
+        answerable.append(actor if actor is not None else step.agent)
+    return answerable
+
+
+def softmax(
+    scores: Sequence[float], temperature: float = 1.0, mask: Sequence[bool] | None = None
+) -> list[float]:
+    """Scores → probabilities summing to 1 (numerically stable); where `mask` is given,
+    the steps it marks False get probability 0 (it must keep at least one step)."""
     if not scores:
         return []
+    if mask is not None:
+        if len(mask) != len(scores):
+            raise ValueError(f"mask has {len(mask)} entries for {len(scores)} scores")
+        kept = softmax([s for s, keep in zip(scores, mask, strict=True) if keep], temperature)
+        if not kept:
+            raise ValueError("the mask keeps no step")
+        values = iter(kept)
+        return [next(values) if keep else 0.0 for keep in mask]
     t = temperature if temperature > 0 else 1.0
     top = max(scores)
     weights = [math.exp((s - top) / t) for s in scores]
@@ -394,15 +448,18 @@ class LearnedAttributor:
         model = self.model.for_group(group)
         use_gt = options.use_ground_truth and trajectory.ground_truth is not None
         scores = model.score(trajectory, use_ground_truth=use_gt)
-        probabilities = model.distribution(scores)
+        mask = blameable(trajectory.steps)
+        probabilities = model.distribution(scores, mask)
         steps = trajectory.steps
-        order = sorted(range(len(steps)), key=lambda i: (-probabilities[i], i))
+        ranked = sorted(range(len(steps)), key=lambda i: (-probabilities[i], i))
+        order = [i for i in ranked if mask[i]]
         top = order[0]
-        mass = agent_scores([s.agent for s in steps], probabilities)
+        answerable = answerable_agents(steps)
+        mass = agent_scores(answerable, probabilities)
         if model.agent_rule == AgentRule.AGENT_MASS:
             agent = max(mass, key=lambda name: mass[name])
         else:
-            agent = steps[top].agent
+            agent = answerable[top]
         candidates = tuple(
             Candidate(
                 step=i,

@@ -26,7 +26,7 @@ import anyio
 from faultfinder.attributors import prompts
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.heuristics import FirstError
-from faultfinder.attributors.learned import StepModel, default_model
+from faultfinder.attributors.learned import StepModel, blameable, default_model
 from faultfinder.attributors.llm import (
     CHARS_PER_TOKEN,
     ModelCallFailed,
@@ -492,9 +492,11 @@ class LLMAttributor:
         source = self.prefilter_model
         model = source(trajectory) if callable(source) else (source or default_model())
         scores = model.score(trajectory, use_ground_truth=run.ground_truth is not None)
-        probabilities = model.distribution(scores)
-        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:top_k]
         steps = trajectory.steps
+        mask = blameable(steps)
+        probabilities = model.distribution(scores, mask)
+        order = [i for i in sorted(range(len(scores)), key=lambda i: (-scores[i], i)) if mask[i]]
+        order = order[:top_k]
         run.hints = tuple((steps[i].index, prompts.speaker_label(steps[i])) for i in order)
         run.far_chars = far_chars
         run.prefilter = {

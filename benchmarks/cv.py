@@ -30,7 +30,12 @@ from rich.table import Table
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.conformal import step_distribution
 from faultfinder.attributors.heuristics import FirstError
-from faultfinder.attributors.learned import LearnedAttributor, StepModel, trajectory_group
+from faultfinder.attributors.learned import (
+    LearnedAttributor,
+    StepModel,
+    answerable_agents,
+    trajectory_group,
+)
 from faultfinder.attributors.model import Attribution, Trajectory
 from faultfinder.attributors.scoring import (
     DEFAULT_TOLERANCES,
@@ -158,10 +163,12 @@ def _held_out(
     if auditor is not None and threshold is not None:
         prefix = cache.matrix(record, use_ground_truth=settings.use_ground_truth, prefix_only=True)
         alarm_step = first_alarm(
-            [float(v) for v in batch_scores(auditor.scorer, prefix.rows)], threshold
+            [float(v) for v in batch_scores(auditor.scorer, prefix.rows)],
+            threshold,
+            prefix.blameable,
         )
         if alarm_step is not None:
-            alarm_agent = trajectory.steps[alarm_step].agent
+            alarm_agent = answerable_agents(trajectory.steps)[alarm_step]
     return HeldOutRecord(
         record=record,
         seed=seed,

@@ -28,6 +28,8 @@ from faultfinder.attributors.learned import (
     Scorer,
     StepModel,
     TreeEnsembleScorer,
+    answerable_agents,
+    blameable,
     softmax,
 )
 from faultfinder.attributors.model import normalise_agent
@@ -122,6 +124,9 @@ class RunMatrix:
     gold_step: int
     gold_agent: str
     agents: tuple[str, ...]
+    """The agent that answers for each step (`learned.answerable_agents`)."""
+    blameable: tuple[bool, ...]
+    """Steps the attributor may blame (`learned.blameable`); the others get no probability."""
 
 
 class FeatureCache:
@@ -151,7 +156,8 @@ class FeatureCache:
                 rows=np.asarray(rows, dtype=np.float64),
                 gold_step=record.gold.step,
                 gold_agent=record.gold.agent,
-                agents=tuple(step.agent for step in trajectory.steps),
+                agents=tuple(answerable_agents(trajectory.steps)),
+                blameable=tuple(blameable(trajectory.steps)),
             )
         return self._cache[key]
 
@@ -357,7 +363,7 @@ def _utility(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], rule:
     """Mean of step and agent accuracy: the inner-CV selection criterion."""
     total = 0.0
     for run, s in zip(runs, scores, strict=True):
-        p = softmax(s)
+        p = softmax(s, mask=run.blameable)
         top = max(range(len(p)), key=lambda i: (p[i], -i))
         total += 0.5 * (top == run.gold_step)
         agent = predicted_agent(run, p, rule)
@@ -380,7 +386,7 @@ def choose_temperature(
     best, best_removed = 1.0, -1.0
     for temperature in sorted(TEMPERATURES, key=lambda t: abs(math.log(t))):
         examples = [
-            CalibrationExample(softmax(s, temperature), run.gold_step, run.group)
+            CalibrationExample(softmax(s, temperature, run.blameable), run.gold_step, run.group)
             for run, s in zip(runs, scores, strict=True)
         ]
         calibration = calibrate(examples)
@@ -396,9 +402,14 @@ def choose_temperature(
 # --- the auditor's threshold ---------------------------------------------------------
 
 
-def first_alarm(scores: Sequence[float], threshold: float) -> int | None:
-    """The first step whose prefix score exceeds `threshold`, or None."""
-    return next((i for i, s in enumerate(scores) if s > threshold), None)
+def first_alarm(
+    scores: Sequence[float], threshold: float, mask: Sequence[bool] | None = None
+) -> int | None:
+    """The first step whose prefix score exceeds `threshold` (among the steps `mask`
+    keeps, see `learned.blameable`), or None."""
+    return next(
+        (i for i, s in enumerate(scores) if s > threshold and (mask is None or mask[i])), None
+    )
 
 
 def choose_alarm_threshold(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]]) -> float:
@@ -410,7 +421,8 @@ def choose_alarm_threshold(runs: Sequence[RunMatrix], scores: Sequence[Sequence[
     for threshold in reversed(candidates[::stride]):
         threshold -= 1e-9
         hits = sum(
-            first_alarm(s, threshold) == run.gold_step for run, s in zip(runs, scores, strict=True)
+            first_alarm(s, threshold, run.blameable) == run.gold_step
+            for run, s in zip(runs, scores, strict=True)
         )
         if hits > best_hits:
             best, best_hits = threshold, hits
@@ -552,7 +564,11 @@ def tune_and_fit(
         )
     conformal = calibrate(
         CalibrationExample(
-            softmax(chosen_for(run).scores[i], temperatures.get(run.group or "", temperature)),
+            softmax(
+                chosen_for(run).scores[i],
+                temperatures.get(run.group or "", temperature),
+                run.blameable,
+            ),
             run.gold_step,
             run.group,
         )

@@ -8,7 +8,12 @@ import pytest
 
 from faultfinder.attributors.auditor import Auditor
 from faultfinder.attributors.features import step_features
-from faultfinder.attributors.learned import ModelFormatError, StepModel, default_model
+from faultfinder.attributors.learned import (
+    ModelFormatError,
+    StepModel,
+    answerable_agents,
+    default_model,
+)
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.benchmarks.datasets import BenchmarkRecord
 
@@ -80,13 +85,15 @@ def test_alarm_is_the_first_step_above_the_threshold_raised_when_it_arrives(
     assert alarms == [(expected + 1, expected)]  # once, as soon as the step arrived
     alarm = auditor.alarm(trajectory.run_id)
     assert alarm is not None
-    assert alarm.agent == trajectory.steps[expected].agent
+    assert alarm.agent == answerable_agents(trajectory.steps)[expected]
     assert alarm.score == scores[expected] and alarm.threshold == threshold
 
+    # Step 0 of a Hand-Crafted run is the human's question: never alarmed on.
+    assert trajectory.steps[0].kind is StepKind.HUMAN
     assert stream(Auditor(threshold=math.inf), trajectory) == []
-    assert stream(Auditor(threshold=-math.inf), trajectory) == [(1, 0)]
+    assert stream(Auditor(threshold=-math.inf), trajectory) == [(2, 1)]
     repeated = stream(Auditor(threshold=-math.inf, alarm_once=False), trajectory)
-    assert [step for _, step in repeated] == list(range(len(trajectory)))
+    assert [step for _, step in repeated] == list(range(1, len(trajectory)))
 
 
 def test_many_new_steps_at_once_alarm_on_the_earliest_crossing(
@@ -180,3 +187,27 @@ def test_per_framework_thresholds_survive_a_round_trip_and_bad_ones_are_named() 
     data["alarm_thresholds"] = {"ag2": "high"}
     with pytest.raises(ModelFormatError, match="alarm_thresholds"):
         StepModel.from_dict(data)
+
+
+def test_no_alarm_on_the_task_or_system_prompt_and_a_tool_report_names_its_caller() -> None:
+    steps = (
+        Step(index=0, agent="system", kind=StepKind.SYSTEM, content="You are a helpful team."),
+        Step(index=1, agent="user", kind=StepKind.HUMAN, content="Count the rows of data.csv."),
+        Step(index=2, agent="Coder", content="```python\nprint(len(load('data.csv')))\n```"),
+        Step(index=3, agent="Computer_terminal", kind=StepKind.TOOL,
+             content="exitcode: 1 Traceback (most recent call last): KeyError: 'rows'"),
+    )  # fmt: skip
+    trajectory = Trajectory(run_id="r", task="Count the rows of data.csv.", steps=steps)
+    everything = stream(Auditor(threshold=-math.inf, alarm_once=False), trajectory)
+    assert [step for _, step in everything] == [2, 3]
+    tool_only = Auditor(threshold=-math.inf).observe(
+        trajectory.model_copy(
+            update={"steps": (*steps[:2], steps[3].model_copy(update={"index": 2}))}
+        )
+    )
+    # a tool report with no agent step before it answers for itself
+    assert tool_only is not None and tool_only.step == 2 and tool_only.agent == "Computer_terminal"
+    auditor = Auditor(threshold=-math.inf, alarm_once=False)
+    auditor.observe(prefix(trajectory, 3))
+    alarm = auditor.observe(trajectory)
+    assert alarm is not None and alarm.step == 3 and alarm.agent == "Coder"

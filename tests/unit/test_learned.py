@@ -14,10 +14,15 @@ from click.testing import CliRunner
 from faultfinder.attributors.base import AttributeOptions, available_attributors, get_attributor
 from faultfinder.attributors.features import feature_names
 from faultfinder.attributors.learned import (
+    AgentRule,
     LearnedAttributor,
+    LinearScorer,
     ModelFormatError,
     StepModel,
+    answerable_agents,
+    blameable,
     default_model,
+    softmax,
 )
 from faultfinder.attributors.model import (
     AttributionStatus,
@@ -30,6 +35,7 @@ from faultfinder.benchmarks.cv import CVSettings, FoldOutcome, cross_validate, f
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
     GoldLabel,
+    load_dataset,
 )
 from faultfinder.benchmarks.train import (
     FeatureCache,
@@ -146,7 +152,11 @@ async def test_valid_attributions_on_real_runs_including_the_longest(
         scores = [c.score for c in result.candidates]
         assert scores == sorted(scores, reverse=True)
         assert result.candidates[0].step == result.step
-        assert result.agent == trajectory.steps[result.step].agent
+        mass = result.details["agent_mass"]
+        if result.details["agent_rule"] == AgentRule.TOP_STEP:
+            assert result.agent == answerable_agents(trajectory.steps)[result.step]
+        else:
+            assert mass[result.agent] == max(mass.values())
         probabilities = result.details["step_probabilities"]
         assert len(probabilities) == len(trajectory)
         assert sum(probabilities) == pytest.approx(1.0, abs=1e-4)
@@ -169,6 +179,66 @@ async def test_without_ground_truth_the_answer_cannot_matter(
     )
     assert not one.used_ground_truth
     assert one.details["step_probabilities"] == other.details["step_probabilities"]
+
+
+async def test_the_task_giver_and_the_system_prompt_are_never_blamed(datasets_dir: Path) -> None:
+    # Who&When Pro's EVA trace opens with a system prompt, a kind of step the Who&When
+    # training runs never had; it must not take the blame (it did: "system", step 0).
+    pro = {r.record_id: r for r in load_dataset("who_and_when_pro", datasets_dir)}
+    eva = pro["eva/lvbench_camel"].trajectory
+    assert [s.kind for s in eva.steps[:2]] == [StepKind.SYSTEM, StepKind.HUMAN]
+    for record in pro.values():
+        trajectory = record.trajectory
+        result = await LearnedAttributor().attribute(trajectory, OPTIONS)
+        assert result.status is AttributionStatus.OK
+        outsiders = [
+            i for i, s in enumerate(trajectory.steps) if s.kind in (StepKind.HUMAN, StepKind.SYSTEM)
+        ]
+        assert outsiders, record.record_id
+        assert result.step not in outsiders
+        assert all(result.details["step_probabilities"][i] == 0.0 for i in outsiders)
+        assert all(c.step not in outsiders for c in result.candidates)
+        assert result.agent in trajectory.roster
+        assert result.agent not in ("system", "user", "tool")
+
+
+async def test_a_tool_report_is_answered_for_by_the_agent_that_called_the_tool() -> None:
+    # A scorer that blames the step with the error in it picks the terminal's report; the
+    # agent answering for it is the one that ran the code, not the terminal.
+    names = feature_names()
+    weights = [1.0 if name == "error_in_step" else 0.0 for name in names]
+    errors = StepModel(
+        features=names,
+        scorer=LinearScorer(mean=(0.0,) * len(names), scale=(1.0,) * len(names),
+                            weights=tuple(weights)),
+        agent_rule=AgentRule.TOP_STEP,
+    )  # fmt: skip
+    trajectory = synthetic_records(1)[0].trajectory
+    result = LearnedAttributor(errors).attribute_now(trajectory, OPTIONS)
+    blamed = trajectory.steps[result.step]
+    assert blamed.agent == "Computer_terminal" and "Traceback" in blamed.content
+    assert result.agent == trajectory.steps[result.step - 1].agent == "Coder"
+    assert result.details["agent_mass"].get("Computer_terminal", 0.0) == 0.0
+
+
+def test_masked_softmax_and_the_blameable_steps() -> None:
+    assert softmax([1.0, 2.0, 3.0], mask=[True, False, True]) == pytest.approx(
+        [*softmax([1.0, 3.0])[:1], 0.0, softmax([1.0, 3.0])[1]]
+    )
+    with pytest.raises(ValueError, match="2 entries for 3 scores"):
+        softmax([1.0, 2.0, 3.0], mask=[True, False])
+    with pytest.raises(ValueError, match="keeps no step"):
+        softmax([1.0], mask=[False])
+    human = Step(index=0, agent="user", kind=StepKind.HUMAN, content="Count the rows.")
+    system = Step(index=1, agent="system", kind=StepKind.SYSTEM, content="Be careful.")
+    coder = Step(index=2, agent="Coder", content="print(1)")
+    terminal = Step(index=3, agent="Computer_terminal", kind=StepKind.TOOL, content="1")
+    assert blameable([human, system, coder, terminal]) == [False, False, True, True]
+    # a run with nothing but the task and a system prompt still has a candidate
+    assert blameable([human, system]) == [True, True]
+    assert answerable_agents([terminal, human, coder, terminal, human]) == [
+        "Computer_terminal", "user", "Coder", "Coder", "Coder",
+    ]  # fmt: skip
 
 
 async def test_empty_trajectory_fails_with_a_reason() -> None:
