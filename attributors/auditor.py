@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from faultfinder.attributors.features import PrefixScanner
-from faultfinder.attributors.heuristics import is_acting_step
 from faultfinder.attributors.learned import (
     StepModel,
+    answerable_agents,
     can_be_blamed,
     default_model,
     trajectory_group,
@@ -43,8 +43,6 @@ class _RunState:
     steps: list[Step] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
     alarm: Alarm | None = None
-    actor: str | None = None
-    """The agent of the latest step an agent decided (`learned.answerable_agents`)."""
 
 
 class Auditor:
@@ -100,8 +98,6 @@ class Auditor:
         for step in steps[len(state.steps) :]:
             state.scanner.push(step)
             state.steps.append(step)
-            if is_acting_step(step):
-                state.actor = step.agent
             index = step.index
             score = self.model.scorer.score(state.scanner.prefix_row(index))
             state.scores.append(score)
@@ -111,7 +107,7 @@ class Auditor:
                 raised = Alarm(
                     run_id=run_id,
                     step=index,
-                    agent=state.actor if state.actor is not None else step.agent,
+                    agent=answerable_agents(state.steps)[index],
                     score=score,
                     threshold=threshold,
                     steps_seen=len(steps),

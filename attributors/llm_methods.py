@@ -495,8 +495,8 @@ class LLMAttributor:
         steps = trajectory.steps
         mask = blameable(steps)
         probabilities = model.distribution(scores, mask)
-        order = [i for i in sorted(range(len(scores)), key=lambda i: (-scores[i], i)) if mask[i]]
-        order = order[:top_k]
+        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        order = [i for i in ranked if mask[i]][:top_k]
         run.hints = tuple((steps[i].index, prompts.speaker_label(steps[i])) for i in order)
         run.far_chars = far_chars
         run.prefilter = {
