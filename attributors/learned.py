@@ -43,6 +43,7 @@ __all__ = [
     "agent_scores",
     "answerable_agents",
     "blameable",
+    "blameable_agents",
     "can_be_blamed",
     "default_model",
     "softmax",
@@ -388,6 +389,18 @@ def answerable_agents(steps: Sequence[Step]) -> list[str]:
             actor = step.agent
         answerable.append(actor if actor is not None else step.agent)
     return answerable
+
+
+def blameable_agents(trajectory: Trajectory) -> tuple[str, ...]:
+    """The agents an attribution may name: those answering for a blameable step (in order
+    of first appearance), then the declared team members that never acted in this run.
+    Never the task giver or the system prompt's author, nor a tool whose reports answer
+    to the agent that called it."""
+    steps = trajectory.steps
+    acting = (
+        agent for agent, ok in zip(answerable_agents(steps), blameable(steps), strict=True) if ok
+    )
+    return tuple(dict.fromkeys((*acting, *trajectory.declared_roster)))
 
 
 def softmax(

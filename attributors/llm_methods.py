@@ -26,7 +26,13 @@ import anyio
 from faultfinder.attributors import prompts
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.heuristics import FirstError
-from faultfinder.attributors.learned import StepModel, blameable, default_model
+from faultfinder.attributors.learned import (
+    StepModel,
+    answerable_agents,
+    blameable,
+    blameable_agents,
+    default_model,
+)
 from faultfinder.attributors.llm import (
     CHARS_PER_TOKEN,
     ModelCallFailed,
@@ -137,8 +143,18 @@ def _object_schema(properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def _agent_schema(trajectory: Trajectory) -> dict[str, Any]:
-    # An enum lets grammar-constrained servers produce only known names.
-    return {"type": "string", "enum": list(dict.fromkeys((*trajectory.agents, *trajectory.roster)))}
+    # An enum lets grammar-constrained servers produce only names that can be blamed.
+    return {"type": "string", "enum": list(blameable_agents(trajectory))}
+
+
+def _answering(trajectory: Trajectory, agent: str, step: int) -> str:
+    """The agent a reply names, or, when it names someone who cannot be blamed (the task
+    giver, a tool whose reports answer to its caller), the agent answering for its step,
+    as the learned attributor and first_error name them."""
+    if agent in blameable_agents(trajectory):
+        return agent
+    answering: list[str] = answerable_agents(trajectory.steps)
+    return answering[step]
 
 
 def _step_schema(allowed: Sequence[int]) -> dict[str, Any]:
@@ -149,7 +165,11 @@ def _verdict_format(trajectory: Trajectory, allowed: Sequence[int]) -> ReplyForm
     def validate(data: Mapping[str, Any]) -> Verdict:
         agent = resolve_agent(_field(data, "agent", "agent_name", "mistake_agent"), trajectory)
         step = resolve_step(_field(data, "step", "step_number", "mistake_step"), allowed)
-        return Verdict(agent, step, _text(_field(data, "reason", "reason_for_mistake")))
+        return Verdict(
+            _answering(trajectory, agent, step),
+            step,
+            _text(_field(data, "reason", "reason_for_mistake")),
+        )
 
     return ReplyFormat(
         name="verdict",
@@ -252,10 +272,10 @@ def _a2p_format(trajectory: Trajectory, allowed: Sequence[int]) -> ReplyFormat[_
                 if not isinstance(item, dict):
                     raise ReplyInvalid("not an object")
                 step = resolve_step(item.get("step"), allowed)
-                agent = (
-                    resolve_agent(item["agent"], trajectory)
-                    if item.get("agent")
-                    else trajectory.steps[step].agent
+                agent = _answering(
+                    trajectory,
+                    resolve_agent(item["agent"], trajectory) if item.get("agent") else "",
+                    step,
                 )
                 saves = item.get("saves_run")
                 analyses.append(
@@ -308,8 +328,10 @@ def _a2p_format(trajectory: Trajectory, allowed: Sequence[int]) -> ReplyFormat[_
 
 def _analyst_format(trajectory: Trajectory, allowed: Sequence[int]) -> ReplyFormat[AnalystVote]:
     def validate(data: Mapping[str, Any]) -> AnalystVote:
-        agent = resolve_agent(_field(data, "agent", "agent_name"), trajectory)
         step = resolve_step(_field(data, "step", "step_number"), allowed)
+        agent = _answering(
+            trajectory, resolve_agent(_field(data, "agent", "agent_name"), trajectory), step
+        )
         raw = data.get("confidence", 0.5)
         try:
             confidence = float(raw)
@@ -538,13 +560,16 @@ class LLMAttributor:
         return build(rendered.text)
 
 
-def _all_steps(trajectory: Trajectory) -> list[int]:
-    return [step.index for step in trajectory.steps]
+def _blameable_steps(trajectory: Trajectory) -> list[int]:
+    """The steps a method may name: not the task giver's turns nor system prompts
+    (`learned.blameable`)."""
+    steps = trajectory.steps
+    return [step.index for step, ok in zip(steps, blameable(steps), strict=True) if ok]
 
 
 async def _ask_all_at_once(attributor: LLMAttributor, run: _Run) -> Verdict:
     trajectory = run.trajectory
-    reply = _verdict_format(trajectory, _all_steps(trajectory))
+    reply = _verdict_format(trajectory, _blameable_steps(trajectory))
     prompt = attributor._fit(
         run,
         trajectory.steps,
@@ -598,28 +623,30 @@ class StepByStep(LLMAttributor):
     uses_prefilter = False
 
     async def _attribute(self, run: _Run) -> _Finding:
-        steps = run.trajectory.steps
-        for step in steps:
-            decisive, reason = await _is_decisive(self, run, step.index)
+        trajectory = run.trajectory
+        answering = answerable_agents(trajectory.steps)
+        judged = 0
+        for index in _blameable_steps(trajectory):
+            decisive, reason = await _is_decisive(self, run, index)
+            judged += 1
             if decisive:
-                return _Finding(
-                    step.agent, step.index, reason, details={"steps_judged": step.index + 1}
-                )
-        raise ModelCallFailed(
-            f"no step was judged to hold the decisive error ({len(steps)} judged)"
-        )
+                return _Finding(answering[index], index, reason, details={"steps_judged": judged})
+        raise ModelCallFailed(f"no step was judged to hold the decisive error ({judged} judged)")
 
 
 @register("binary_search")
 class BinarySearch(LLMAttributor):
     """Show a segment, ask which half holds the decisive error, recurse into it; the agent
-    is the owner of the single step left (about log2(n) calls)."""
+    is the one answering for the single step left (about log2(n) calls)."""
 
     name = "binary_search"
 
     async def _attribute(self, run: _Run) -> _Finding:
         steps = run.trajectory.steps
-        lo, hi = 0, len(steps) - 1
+        allowed = _blameable_steps(run.trajectory)
+        # The search spans the first to the last step that can be blamed (not the task
+        # giver's opening turn); a tool's report left at the end answers to its caller.
+        lo, hi = allowed[0], allowed[-1]
         path: list[dict[str, Any]] = []
         reason = ""
         reply = _half_format()
@@ -637,7 +664,7 @@ class BinarySearch(LLMAttributor):
             lo, hi = (lo, mid) if upper else (mid + 1, hi)
         step = steps[lo]
         return _Finding(
-            step.agent,
+            answerable_agents(steps)[lo],
             step.index,
             reason or f"the search narrowed the log to step {step.index}",
             details={"search_path": path},
@@ -659,10 +686,11 @@ class Hybrid(LLMAttributor):
 
     async def _attribute(self, run: _Run) -> _Finding:
         verdict = await _ask_all_at_once(self, run)
+        steps = run.trajectory.steps
         own = [
-            step.index
-            for step in run.trajectory.steps
-            if normalise_agent(step.agent) == normalise_agent(verdict.agent)
+            index
+            for index in _blameable_steps(run.trajectory)
+            if normalise_agent(steps[index].agent) == normalise_agent(verdict.agent)
         ]
         for index in own:
             decisive, reason = await _is_decisive(self, run, index)
@@ -696,7 +724,7 @@ class A2P(LLMAttributor):
 
     async def _attribute(self, run: _Run) -> _Finding:
         trajectory = run.trajectory
-        reply = _a2p_format(trajectory, _all_steps(trajectory))
+        reply = _a2p_format(trajectory, _blameable_steps(trajectory))
         prompt = self._fit(
             run,
             trajectory.steps,
@@ -779,7 +807,7 @@ class Consensus(LLMAttributor):
         count = int(run.options.extra.get("analysts", self.analysts))
         stances = list(prompts.STANCES)[: max(1, min(count, len(prompts.STANCES)))]
         focus = await self._focus(run)
-        reply = _analyst_format(trajectory, _all_steps(trajectory))
+        reply = _analyst_format(trajectory, _blameable_steps(trajectory))
         votes: dict[str, AnalystVote] = {}
         failures: dict[str, str] = {}
 

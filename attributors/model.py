@@ -90,6 +90,12 @@ class Trajectory(BaseModel):
     def roster(self) -> tuple[str, ...]:
         """The system's agents: `metadata["roster"]` when the framework's team is known
         (it may include agents that never spoke in this run), else the agents seen."""
+        return self.declared_roster or self.agents
+
+    @property
+    def declared_roster(self) -> tuple[str, ...]:
+        """`metadata["roster"]` when the trace declares its team (a non-empty list of
+        names), else ()."""
         declared = self.metadata.get("roster")
         if (
             isinstance(declared, list | tuple)
@@ -97,7 +103,7 @@ class Trajectory(BaseModel):
             and all(isinstance(name, str) for name in declared)
         ):
             return tuple(dict.fromkeys(declared))
-        return self.agents
+        return ()
 
     def __len__(self) -> int:
         return len(self.steps)

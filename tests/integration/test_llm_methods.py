@@ -297,7 +297,10 @@ async def test_json_schema_rejection_falls_back_to_json_object() -> None:
     assert stub.requests[0]["response_format"]["type"] == "json_schema"
     accepted = stub.completions[0]["response_format"]
     assert accepted["type"] == "json_object"
-    assert accepted["schema"]["properties"]["agent"]["enum"] == list(MULTIPLICATION.agents)
+    # The user who asked is never offered as the culprit, nor their turn as the step.
+    schema = accepted["schema"]["properties"]
+    assert schema["agent"]["enum"] == ["Planner", "Calculator", "Checker", "Writer"]
+    assert schema["step"]["enum"] == [1, 2, 3, 4, 5]
     assert attribution.details["structured_output"] == {"json_object_schema": 1}
     assert attribution.details["rung_fallbacks"][0].startswith("json_schema -> json_object_schema")
 
@@ -394,29 +397,86 @@ def decision(decisive: bool) -> ScriptedReply:
 
 
 async def test_step_by_step_stops_at_the_first_yes() -> None:
-    script = [decision(False), decision(False), decision(True), decision(True)]
+    script = [decision(False), decision(True), decision(True)]
     attribution, stub = await attribute("step_by_step", script)
     assert (attribution.agent, attribution.step) == ("Calculator", 2)
-    assert attribution.llm_calls == 3
+    # The user's question (step 0) is never judged: step 1 is the first call.
+    assert attribution.llm_calls == 2
+    assert "The latest step is step 1, by Planner" in last_user_message(stub.requests[0])
     # Each prompt shows the log up to and including the step being judged.
-    assert "Step 2 - Calculator" in last_user_message(stub.requests[2])
-    assert "Step 3 -" not in last_user_message(stub.requests[2])
+    assert "Step 2 - Calculator" in last_user_message(stub.requests[1])
+    assert "Step 3 -" not in last_user_message(stub.requests[1])
 
 
 async def test_step_by_step_with_no_yes_fails() -> None:
     attribution, _ = await attribute("step_by_step", [decision(False)] * 6)
     assert attribution.status is AttributionStatus.FAILED
-    assert attribution.llm_calls == 6
+    assert attribution.failure_reason and "5 judged" in attribution.failure_reason
+    assert attribution.llm_calls == 5
+
+
+def half(which: str) -> ScriptedReply:
+    return answer({"half": which, "reason": which})
 
 
 async def test_binary_search_follows_the_halves() -> None:
-    # Steps 0..5 split at 2: upper keeps 0..2, which splits at 1: lower keeps step 2.
-    script = [answer({"half": "upper", "reason": "a"}), answer({"half": "lower", "reason": "b"})]
-    attribution, stub = await attribute("binary_search", script)
+    # Steps 1..5 (the user's question is not a candidate) split at 3: upper keeps 1..3,
+    # which splits at 2: upper keeps 1..2, which splits at 1: lower keeps step 2.
+    attribution, stub = await attribute(
+        "binary_search", [half("upper"), half("upper"), half("lower")]
+    )
     assert (attribution.agent, attribution.step) == ("Calculator", 2)
-    assert attribution.llm_calls == 2
-    assert "upper half (steps 0 to 2)" in last_user_message(stub.requests[0])
-    assert "Step 3 -" not in last_user_message(stub.requests[1])
+    assert attribution.llm_calls == 3
+    assert "upper half (steps 1 to 3)" in last_user_message(stub.requests[0])
+    assert "Step 4 -" not in last_user_message(stub.requests[1])
+
+
+# Code and its run: the terminal's report (step 3) is where the error shows, but the
+# Coder who wrote and ran the code answers for it.
+CODE_RUN = Trajectory(
+    run_id="code-run",
+    task="Sum the numbers 1 to 10.",
+    ground_truth="55",
+    steps=(
+        Step(index=0, agent="user", kind=StepKind.HUMAN, content="Sum the numbers 1 to 10."),
+        Step(index=1, agent="Planner", content="Coder: write a loop and run it."),
+        Step(index=2, agent="Coder", content="```python\nprint(sum(range(10)))\n```"),
+        Step(index=3, agent="Computer_terminal", kind=StepKind.TOOL, content="45"),
+        Step(index=4, agent="Planner", content="The sum is 45. TERMINATE"),
+    ),
+)
+
+
+async def test_binary_search_ending_on_a_tool_report_names_the_agent_that_ran_it() -> None:
+    # Steps 1..4 split at 2: lower keeps 3..4, which splits at 3: upper keeps step 3.
+    attribution, _ = await attribute(
+        "binary_search", [half("lower"), half("upper")], trajectory=CODE_RUN
+    )
+    assert (attribution.agent, attribution.step) == ("Coder", 3)
+
+
+async def test_step_by_step_at_a_tool_report_names_the_agent_that_ran_it() -> None:
+    script = [decision(False), decision(False), decision(True)]
+    attribution, _ = await attribute("step_by_step", script, trajectory=CODE_RUN)
+    assert (attribution.agent, attribution.step) == ("Coder", 3)
+
+
+async def test_a_reply_naming_the_terminal_or_the_user_blames_the_answering_agent() -> None:
+    # A server without grammar-constrained output can still name someone outside the enum.
+    terminal = answer({"agent": "Computer_terminal", "step": 3, "reason": "printed 45"})
+    attribution, stub = await attribute(
+        "all_at_once",
+        [terminal],
+        trajectory=CODE_RUN,
+        reject_json_schema=True,
+        first_rung=StructuredRung.JSON_SCHEMA,
+    )
+    assert (attribution.agent, attribution.step) == ("Coder", 3)
+    enum = stub.completions[0]["response_format"]["schema"]["properties"]["agent"]["enum"]
+    assert enum == ["Planner", "Coder"]
+    user = answer({"agent": "user", "step": 2, "reason": "asked badly"})
+    attribution, _ = await attribute("all_at_once", [user], trajectory=CODE_RUN)
+    assert (attribution.agent, attribution.step) == ("Coder", 2)
 
 
 async def test_hybrid_walks_only_the_chosen_agents_steps() -> None:

@@ -21,6 +21,7 @@ from faultfinder.attributors.learned import (
     StepModel,
     answerable_agents,
     blameable,
+    blameable_agents,
     default_model,
     softmax,
 )
@@ -239,6 +240,15 @@ def test_masked_softmax_and_the_blameable_steps() -> None:
     assert answerable_agents([terminal, human, coder, terminal, human]) == [
         "Computer_terminal", "user", "Coder", "Coder", "Coder",
     ]  # fmt: skip
+    # Who may be named: the agents answering for blameable steps, then the declared team.
+    run = Trajectory(run_id="r", steps=tuple(
+        s.model_copy(update={"index": i}) for i, s in enumerate([human, system, coder, terminal])
+    ))  # fmt: skip
+    assert blameable_agents(run) == ("Coder",)
+    assert run.declared_roster == ()
+    declared = run.model_copy(update={"metadata": {"roster": ["Planner", "Coder"]}})
+    assert blameable_agents(declared) == ("Coder", "Planner")
+    assert declared.roster == declared.declared_roster == ("Planner", "Coder")
 
 
 async def test_empty_trajectory_fails_with_a_reason() -> None:
