@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from faultfinder.attributors.base import AttributeOptions, register
@@ -22,7 +23,14 @@ from faultfinder.attributors.model import (
     normalise_agent,
 )
 
-__all__ = ["ErrorSignal", "FirstError", "RandomAttributor", "error_signals", "is_acting_step"]
+__all__ = [
+    "ErrorSignal",
+    "FirstError",
+    "RandomAttributor",
+    "error_signals",
+    "is_acting_step",
+    "own_doing",
+]
 
 
 def _record_rng(seed: int | None, run_id: str) -> random.Random:
@@ -153,6 +161,20 @@ def is_acting_step(step: Step) -> bool:
     return step.kind in _ACTING_KINDS and not _is_output_agent(step.agent)
 
 
+def own_doing(steps: Sequence[Step]) -> list[bool]:
+    """Which steps the agent they name answers for itself: its acting steps, and its tool
+    calls when the trace records them under its name (OpenTelemetry puts a tool span
+    under the span of the agent that called it, so the step's agent is the caller). A
+    report under a tool's, terminal's or human's own name, or under a name that never
+    acts in the run, is someone else's doing: it answers to the agent that acted
+    before it."""
+    acting_agents = {step.agent for step in steps if is_acting_step(step)}
+    return [
+        is_acting_step(step) or (step.kind is StepKind.TOOL and step.agent in acting_agents)
+        for step in steps
+    ]
+
+
 def _observed_text(step: Step, task: str) -> str:
     text: str = step.content
     if step.tool_result:
@@ -195,12 +217,24 @@ def error_signals(step: Step, task: str = "") -> list[ErrorSignal]:
     return found
 
 
-def _responsible_step(trajectory: Trajectory, index: int) -> int | None:
-    """The acting step answerable for step `index`: itself, or the nearest earlier acting step."""
+def _responsible_step(steps: Sequence[Step], own: Sequence[bool], index: int) -> int | None:
+    """The step answerable for step `index`: the nearest acting step at or before it; but
+    a tool call under its caller's name (`own_doing`) is answered for by the caller's
+    decision to make it (the caller's acting step right before its calls) when there is
+    one, else by the call itself."""
+    call: int | None = None
     for position in range(index, -1, -1):
-        if is_acting_step(trajectory.steps[position]):
-            return position
-    return None
+        step = steps[position]
+        if is_acting_step(step):
+            if call is None or step.agent == steps[call].agent:
+                return position
+            return call
+        if own[position]:
+            if call is None:
+                call = position
+            elif step.agent != steps[call].agent:
+                return call
+    return call
 
 
 @register("first_error")
@@ -231,7 +265,8 @@ class FirstError:
     async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
         if not trajectory.steps:
             return Attribution.failed(self.name, "the trajectory has no steps")
-        acting = [step.index for step in trajectory.steps if is_acting_step(step)]
+        own = own_doing(trajectory.steps)
+        acting = [step.index for step, mine in zip(trajectory.steps, own, strict=True) if mine]
         if not acting:
             return Attribution.failed(self.name, "the trajectory has no acting agent step")
 
@@ -242,7 +277,7 @@ class FirstError:
             signals = error_signals(step, trajectory.task)
             if not signals:
                 continue
-            owner = _responsible_step(trajectory, step.index)
+            owner = _responsible_step(trajectory.steps, own, step.index)
             if owner is None:
                 continue
             strongest = signals[0]

@@ -26,7 +26,7 @@ from typing import Any
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.conformal import ConformalCalibration
 from faultfinder.attributors.features import feature_names, step_features
-from faultfinder.attributors.heuristics import is_acting_step
+from faultfinder.attributors.heuristics import own_doing
 from faultfinder.attributors.model import Attribution, Candidate, Step, StepKind, Trajectory
 
 __all__ = [
@@ -378,14 +378,15 @@ def can_be_blamed(step: Step) -> bool:
 
 
 def answerable_agents(steps: Sequence[Step]) -> list[str]:
-    """The agent that answers for each step: its own agent where an agent decided it;
-    for a tool's, terminal's or human's report, the agent of the nearest earlier step an
-    agent decided (the one that called the tool), as `first_error` blames it; the step's
-    own agent where no agent acted before it."""
+    """The agent that answers for each step: its own agent where the step is its own
+    doing (an acting step, or a tool call recorded under the caller's name:
+    `heuristics.own_doing`); for a report under a tool's, terminal's or human's name, the
+    agent of the nearest earlier such step (the one that called the tool), as
+    `first_error` blames it; the step's own agent where no agent acted before it."""
     answerable: list[str] = []
     actor: str | None = None
-    for step in steps:
-        if is_acting_step(step):
+    for step, mine in zip(steps, own_doing(steps), strict=True):
+        if mine:
             actor = step.agent
         answerable.append(actor if actor is not None else step.agent)
     return answerable

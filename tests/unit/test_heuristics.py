@@ -123,6 +123,52 @@ async def test_first_error_uses_status_and_empty_tool_results() -> None:
     assert "empty tool result" in empty.candidates[0].evidence
 
 
+async def test_a_tool_call_recorded_under_its_callers_name_is_blamed_on_the_caller() -> None:
+    # OpenTelemetry puts a tool span under the span of the agent that called it, so the
+    # step names the caller (PriceLookup), not the tool; the handoff before it is not the
+    # Orchestrator's mistake.
+    run = Trajectory(
+        run_id="shop",
+        steps=(
+            Step(index=0, agent="Orchestrator", kind=StepKind.HANDOFF, content="Price the pens."),
+            Step(index=1, agent="PriceLookup", kind=StepKind.TOOL, content="4.5"),
+            Step(
+                index=2,
+                agent="PriceLookup",
+                kind=StepKind.TOOL,
+                status=StepStatus.ERROR,
+                error="CatalogError: no catalog entry for 'pen'",
+            ),
+            Step(index=3, agent="PriceLookup", kind=StepKind.MESSAGE, content="pen: 1.00 EUR"),
+            Step(index=4, agent="Orchestrator", kind=StepKind.MESSAGE, content="Total: 5.50"),
+        ),
+    )
+    result = await FirstError().attribute(run, OPTIONS)
+    assert (result.agent, result.step) == ("PriceLookup", 2)
+    assert heuristics.own_doing(run.steps) == [True, True, True, True, True]
+    # When the trace also records the caller's decision to make the calls (its LLM step
+    # right before them), that decision is the blamed step.
+    decided = run.model_copy(
+        update={"steps": (
+            run.steps[0],
+            Step(index=1, agent="PriceLookup", kind=StepKind.LLM, content="look up both"),
+            *(s.model_copy(update={"index": s.index + 1}) for s in run.steps[1:]),
+        )}
+    )  # fmt: skip
+    result = await FirstError().attribute(decided, OPTIONS)
+    assert (result.agent, result.step) == ("PriceLookup", 1)
+    # A name that never acts in the run is the tool's own: its report answers to the caller.
+    renamed = run.model_copy(
+        update={"steps": tuple(
+            s.model_copy(update={"agent": "catalog"}) if s.kind is StepKind.TOOL else s
+            for s in run.steps
+        )}
+    )  # fmt: skip
+    assert heuristics.own_doing(renamed.steps) == [True, False, False, True, True]
+    result = await FirstError().attribute(renamed, OPTIONS)
+    assert (result.agent, result.step) == ("Orchestrator", 0)
+
+
 async def test_first_error_ignores_error_handling_code_and_falls_back_to_first_acting_step() -> (
     None
 ):

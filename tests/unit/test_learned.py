@@ -240,6 +240,12 @@ def test_masked_softmax_and_the_blameable_steps() -> None:
     assert answerable_agents([terminal, human, coder, terminal, human]) == [
         "Computer_terminal", "user", "Coder", "Coder", "Coder",
     ]  # fmt: skip
+    # A tool call recorded under its caller's name (an agent acting in the run) is the
+    # caller's own; under a name that never acts, it answers to the agent before it.
+    handoff = Step(index=0, agent="Planner", kind=StepKind.HANDOFF, content="Coder: count.")
+    coders_call = Step(index=1, agent="Coder", kind=StepKind.TOOL, content="1")
+    assert answerable_agents([handoff, coders_call, coder]) == ["Planner", "Coder", "Coder"]
+    assert answerable_agents([handoff, coders_call]) == ["Planner", "Planner"]
     # Who may be named: the agents answering for blameable steps, then the declared team.
     run = Trajectory(run_id="r", steps=tuple(
         s.model_copy(update={"index": i}) for i, s in enumerate([human, system, coder, terminal])
