@@ -162,7 +162,7 @@ def worker(database_url: str | None, concurrency: int | None, log_level: str) ->
 )
 @click.option(
     "--attributors",
-    default="first_error,learned",
+    default="learned,first_error",
     show_default=True,
     help="Comma-separated attributors run on each failed run.",
 )

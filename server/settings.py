@@ -94,8 +94,9 @@ class Settings(BaseSettings):
         default=True, description="Upgrade the database schema to the latest revision on start."
     )
     attributors: CommaList = Field(
-        default=["first_error"],
-        description="Attributors run on every failed run, in order (comma-separated names).",
+        default=["learned", "first_error"],
+        description="Attributors run on every failed run, in order (comma-separated names); "
+        "the dashboard leads with the first one that answers.",
     )
     plugins: CommaList = Field(
         default=[],

@@ -96,7 +96,7 @@ class AttributeIn(BaseModel):
     """An ad-hoc trajectory to attribute, synchronously (with a timeout) or as a job."""
 
     trajectory: Trajectory
-    attributor: str = Field(default="first_error", min_length=1, max_length=200)
+    attributor: str = Field(default="learned", min_length=1, max_length=200)
     wait: bool = Field(
         default=True, description="Answer with the attribution (200) or at once with a job (202)."
     )

@@ -283,7 +283,7 @@ def test_the_event_stream_announces_runs_and_resumes_from_the_last_event_id(
         assert kinds[0] == "spans" and "run.status" in kinds
         run_id = json.loads(seen[-1]["data"])["run_id"]
         assert run_id in json.loads(seen[0]["data"])["runs"]
-        assert json.loads(seen[-1]["data"])["method"] == "first_error"
+        assert json.loads(seen[-1]["data"])["method"] == "learned"  # the first default
 
         # Reconnecting after the first event replays the rest, in order.
         headers = {"last-event-id": seen[0]["id"]}

@@ -63,8 +63,10 @@ def test_metrics_count_what_a_replay_did(database_url: str, tmp_path: Path) -> N
         assert bad.status_code == 400
 
         def attributed() -> bool:
+            # Both default attributors (learned, first_error) have answered every run.
             runs = client.get("/api/runs", params={"status": "attributed"}).json()["items"]
-            return len(runs) == len(records)
+            done = total(scrape(client), "faultfinder_attribution_jobs", status="done")
+            return len(runs) == len(records) and done == 2 * len(records)
 
         wait_for(attributed)
         after = scrape(client)
@@ -94,20 +96,21 @@ def test_metrics_count_what_a_replay_did(database_url: str, tmp_path: Path) -> N
         )
         assert total(after, "faultfinder_runs", status="attributed") == len(records)
         assert total(after, "faultfinder_runs", status="running") == 0
-        assert total(
-            after, "faultfinder_attribution_jobs", attributor="first_error", status="done"
-        ) == len(records)
-        assert total(
-            after, "faultfinder_attributions_total", attributor="first_error", outcome="ok"
-        ) == len(records)
-        assert total(
-            after, "faultfinder_attribution_latency_seconds_count", attributor="first_error"
-        ) == len(records)
-        # Blame adds up to one vote per run, on agents that are in the runs.
+        for attributor in ("learned", "first_error"):
+            assert total(
+                after, "faultfinder_attribution_jobs", attributor=attributor, status="done"
+            ) == len(records)
+            assert total(
+                after, "faultfinder_attributions_total", attributor=attributor, outcome="ok"
+            ) == len(records)
+            assert total(
+                after, "faultfinder_attribution_latency_seconds_count", attributor=attributor
+            ) == len(records)
+        # Blame adds up to one vote per run and attributor, on agents that are in the runs.
         agents = {step.agent for record in records for step in record.trajectory.steps}
         blamed = {dict(labels)["agent"] for (name, labels), value in after.items()
                   if name == "faultfinder_blame_total" and value > 0}  # fmt: skip
         assert blamed and blamed <= agents
-        assert total(after, "faultfinder_blame_total") == len(records)
-        # No model was called by the heuristic.
+        assert total(after, "faultfinder_blame_total") == 2 * len(records)
+        # No model was called by the zero-LLM attributors.
         assert total(after, "faultfinder_llm_tokens_total") == 0

@@ -328,11 +328,16 @@ def test_webhook_receives_signed_attributions_and_labels_feed_live_accuracy(
             label = client.post(f"/api/runs/{run_id}/labels", json={"agent": "Coder", "step": 2})
             assert label.status_code == 201
             stats = client.get("/api/stats").json()
-            (accuracy,) = stats["accuracy"]
-            assert accuracy["method"] == "first_error"
-            assert accuracy["labelled_runs"] == 1
-            assert (accuracy["agent_accuracy"], accuracy["step_accuracy"]) == (1.0, 1.0)
-            assert stats["blame_by_agent"] == {"Coder": 1}
+            # One row per default attributor (learned, first_error), each over the one label.
+            accuracy = {row["method"]: row for row in stats["accuracy"]}
+            assert set(accuracy) == {"learned", "first_error"}
+            assert all(row["labelled_runs"] == 1 for row in accuracy.values())
+            heuristic = accuracy["first_error"]
+            assert (heuristic["agent_accuracy"], heuristic["step_accuracy"]) == (1.0, 1.0)
+            # Blame is one vote per run: the leading attributor's (learned's) agent.
+            run = client.get(f"/api/runs/{run_id}").json()
+            (leading,) = [a["agent"] for a in run["attributions"] if a["method"] == "learned"]
+            assert stats["blame_by_agent"] == {leading: 1}
 
 
 def test_ad_hoc_trajectories_are_attributed_synchronously(sidecar_sqlite: Sidecar) -> None:
