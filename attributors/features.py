@@ -16,6 +16,7 @@ from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 
 __all__ = [
     "FEATURES",
+    "FEATURE_LABELS",
     "PREFIX_FEATURES",
     "Feature",
     "PrefixScanner",
@@ -190,6 +191,66 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 PREFIX_FEATURES: tuple[Feature, ...] = tuple(f for f in FEATURES if f.prefix_safe)
+
+FEATURE_LABELS: dict[str, tuple[str, str]] = {
+    "position": ("step number", "int"),
+    "log_position": ("step number", "log1p"),
+    "relative_position": ("how far into the run", "share"),
+    "log_steps_total": ("steps in the run", "log1p"),
+    "log_steps_to_end": ("steps after it", "log1p"),
+    "is_acting": ("an agent's own decision", "flag"),
+    "kind_message": ("a message", "flag"),
+    "kind_tool": ("a tool's or terminal's output", "flag"),
+    "kind_handoff": ("a handoff to another agent", "flag"),
+    "kind_human": ("the task giver's turn", "flag"),
+    "kind_other": ("an LLM call or system step", "flag"),
+    "acting_rank": ("agent decisions before it", "int"),
+    "is_first_acting": ("the run's first agent decision", "flag"),
+    "agent_turn": ("earlier steps by the same agent", "int"),
+    "agent_first_turn": ("the agent's first turn", "flag"),
+    "agent_last_turn": ("the agent's last turn", "flag"),
+    "agents_before": ("agents seen before it", "int"),
+    "agent_is_first_speaker": ("by the run's first speaker", "flag"),
+    "error_in_step": ("error signal in the step", "strength"),
+    "error_in_previous": ("error signal in the step before", "strength"),
+    "error_after": ("error signal in the outputs it answers for", "strength"),
+    "first_error_blame": ("the step first_error blames", "flag"),
+    "errors_before": ("earlier steps showing an error", "log1p"),
+    "first_error_here": ("the run's first error signal", "flag"),
+    "repetition": ("similarity to the agent's recent steps", "share"),
+    "loop_count": ("near-repeats among the agent's recent steps", "log1p"),
+    "log_length": ("characters", "log1p"),
+    "length_vs_agent": ("length against the agent's earlier steps", "ratio"),
+    "code_blocks": ("code blocks", "int"),
+    "task_overlap": ("share of the task's words it uses", "share"),
+    "new_numbers": ("numbers not seen earlier in the run", "log1p"),
+    "new_words": ("share of words not seen earlier", "share"),
+    "hedging": ("assumes, simulates or invents data", "flag"),
+    "apology": ("apologises or gives up", "flag"),
+    "verification": ("claims to verify or confirm", "flag"),
+    "terminates": ("ends the run or gives a final answer", "flag"),
+    "ledger_stalled_before": ("a progress ledger before it reports a stall", "flag"),
+    "ledger_stalled_after": ("the progress ledger after it reports a stall", "flag"),
+    "answers_handoff": ("answers a handoff addressed to its agent", "flag"),
+    "instruction_overlap": ("share of its instruction it repeats", "share"),
+    "criticised_next": ("criticised by the next agent", "flag"),
+    "gt_mentioned": ("contains the correct answer", "flag"),
+    "gt_mentioned_before": ("the correct answer appeared earlier", "flag"),
+    "numbers_contradict_gt": ("states numbers that contradict the correct answer", "flag"),
+    "first_numbers_contradict_gt": (
+        "first step whose numbers contradict the correct answer",
+        "flag",
+    ),
+    "contradiction_after": ("an output it answers for contradicts the correct answer", "flag"),
+    "agent_directs": ("its agent directs others", "flag"),
+    "final_answer_first_mention": ("first mention of the wrong final answer", "flag"),
+    "agent_share": ("its agent's share of the steps", "share"),
+    "agent_error_share": ("its agent's share of the errors", "share"),
+    "agent_acting_turns": ("its agent's decisions in the run", "log1p"),
+}
+"""Each feature as a reader sees it: a short phrase and how its value is shown (`flag`:
+yes/no; `int`; `log1p`: a count stored as log(1 + n); `share`: a percentage;
+`strength`: an error-signal strength 0–1; `ratio`: a ratio stored as its log)."""
 
 
 def feature_names(prefix_only: bool = False) -> tuple[str, ...]:

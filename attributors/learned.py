@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.conformal import ConformalCalibration
-from faultfinder.attributors.features import feature_names, step_features
+from faultfinder.attributors.features import FEATURE_LABELS, feature_names, step_features
 from faultfinder.attributors.heuristics import own_doing
 from faultfinder.attributors.model import Attribution, Candidate, Step, StepKind, Trajectory
 
@@ -53,6 +54,26 @@ __all__ = [
 MODEL_FORMAT = "faultfinder.learned-step-model/1"
 DEFAULT_MODEL_RESOURCE = "models/default_learned.json"
 _CANDIDATES_KEPT = 20
+
+
+def _shown(value: float, shown: str) -> str:
+    if shown == "flag":
+        return "yes" if value >= 0.5 else "no"
+    if shown == "log1p":
+        return f"{math.expm1(value):.0f}"
+    if shown == "share":
+        return f"{100 * value:.0f} %"
+    if shown == "ratio":
+        return f"{math.exp(value):.1f}×"
+    if shown == "int":
+        return f"{value:.0f}"
+    return f"{value:.2f}"
+
+
+def _evidence_text(phrase: str, shown: str, value: float, typical: float) -> str:
+    if shown == "flag":
+        return phrase if value >= 0.5 else f"not {phrase}"
+    return f"{phrase}: {_shown(value, shown)} (typical step: {_shown(typical, shown)})"
 
 
 class ModelFormatError(ValueError):
@@ -205,6 +226,51 @@ class StepModel:
 
     def score_rows(self, rows: Sequence[Sequence[float]]) -> list[float]:
         return [self.scorer.score(row) for row in rows]
+
+    def explain(
+        self,
+        rows: Sequence[Sequence[float]],
+        index: int,
+        mask: Sequence[bool] | None = None,
+        limit: int = 3,
+    ) -> list[dict[str, Any]]:
+        """What sets step `index` apart in this scorer's eyes: the features whose value,
+        put back to the run's typical value (the median over its blameable steps), lowers
+        the step's score the most; at most `limit`, one per phrase, largest drop first."""
+        kept = [row for row, ok in zip(rows, mask or [True] * len(rows), strict=True) if ok]
+        own = list(rows[index])
+        base = self.scorer.score(own)
+        drops: list[tuple[float, int, float]] = []
+        for column in range(len(own)):
+            typical = statistics.median(row[column] for row in kept or rows)
+            if own[column] == typical:
+                continue
+            changed = own.copy()
+            changed[column] = typical
+            drop = base - self.scorer.score(changed)
+            if drop > 1e-9:
+                drops.append((drop, column, typical))
+        drops.sort(key=lambda item: (-item[0], item[1]))
+        found: list[dict[str, Any]] = []
+        phrases: set[str] = set()
+        for drop, column, typical in drops:
+            name = self.features[column]
+            phrase, shown = FEATURE_LABELS.get(name, (name, "number"))
+            if phrase in phrases:
+                continue
+            phrases.add(phrase)
+            found.append(
+                {
+                    "feature": name,
+                    "text": _evidence_text(phrase, shown, own[column], typical),
+                    "value": round(own[column], 6),
+                    "typical": round(typical, 6),
+                    "score_drop": round(drop, 6),
+                }
+            )
+            if len(found) == limit:
+                break
+        return found
 
     def score(self, trajectory: Trajectory, *, use_ground_truth: bool = True) -> list[float]:
         """Raw score of every step of `trajectory` (by its framework's model, if any)."""
@@ -461,7 +527,8 @@ class LearnedAttributor:
         group = trajectory_group(trajectory)
         model = self.model.for_group(group)
         use_gt = options.use_ground_truth and trajectory.ground_truth is not None
-        scores = model.score(trajectory, use_ground_truth=use_gt)
+        rows = step_features(trajectory, use_ground_truth=use_gt, prefix_only=model.prefix_only)
+        scores = model.score_rows(rows)
         mask = blameable(trajectory.steps)
         probabilities = model.distribution(scores, mask)
         steps = trajectory.steps
@@ -477,12 +544,13 @@ class LearnedAttributor:
         candidates = tuple(
             Candidate(
                 step=i,
-                agent=steps[i].agent,
+                agent=answerable[i],
                 score=round(probabilities[i], 6),
                 evidence=f"model score {scores[i]:.3f}",
             )
             for i in order[:_CANDIDATES_KEPT]
         )
+        evidence = model.explain(rows, top, mask)
         alpha = options.extra.get("alpha", 0.1)
         prediction_set = None
         conformal = self.model.conformal
@@ -492,10 +560,7 @@ class LearnedAttributor:
             method=self.name,
             agent=agent,
             step=top,
-            reason=(
-                f"highest model score at step {top} "
-                f"(p={probabilities[top]:.2f} over {len(steps)} steps)"
-            ),
+            reason=_reason(top, probabilities[top], len(steps), evidence),
             confidence=min(1.0, max(0.0, probabilities[top])),
             candidates=candidates,
             prediction_set=prediction_set,
@@ -506,9 +571,17 @@ class LearnedAttributor:
                 "agent_rule": model.agent_rule,
                 "model_group": group if model is not self.model else None,
                 "agent_mass": {name: round(value, 6) for name, value in mass.items()},
+                "evidence": evidence,
                 "step_probabilities": [round(p, 6) for p in probabilities],
             },
         )
+
+
+def _reason(top: int, probability: float, n: int, evidence: Sequence[Mapping[str, Any]]) -> str:
+    reason = f"highest model score at step {top} (p={probability:.2f} over {n} steps)"
+    if evidence:
+        reason += "; what sets it apart: " + "; ".join(str(e["text"]) for e in evidence)
+    return reason
 
 
 def trajectory_group(trajectory: Trajectory) -> str | None:

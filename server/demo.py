@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,10 +78,11 @@ def _print_report(runs: list[dict[str, Any]], records: list[BenchmarkRecord]) ->
             click.echo(f"  {'labelled culprit':<20} {label.agent} at step {label.step}")
         for attribution in run["attributions"]:
             if attribution["status"] == "ok":
-                click.echo(
+                line = (
                     f"  {attribution['method']:<20} {attribution['agent']} at step "
-                    f"{attribution['step']}: {attribution['reason'][:100]}"
+                    f"{attribution['step']}: {textwrap.shorten(attribution['reason'], 320)}"
                 )
+                click.echo(textwrap.fill(line, width=110, subsequent_indent=" " * 23))
             else:
                 click.echo(f"  {attribution['method']:<20} failed: {attribution['failure_reason']}")
 

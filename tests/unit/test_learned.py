@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.attributors.base import AttributeOptions, available_attributors, get_attributor
-from faultfinder.attributors.features import feature_names
+from faultfinder.attributors.features import FEATURE_LABELS, feature_names
 from faultfinder.attributors.learned import (
     AgentRule,
     LearnedAttributor,
@@ -220,6 +220,36 @@ async def test_a_tool_report_is_answered_for_by_the_agent_that_called_the_tool()
     assert blamed.agent == "Computer_terminal" and "Traceback" in blamed.content
     assert result.agent == trajectory.steps[result.step - 1].agent == "Coder"
     assert result.details["agent_mass"].get("Computer_terminal", 0.0) == 0.0
+    # The candidates name the answering agent too, and the reason says why the step:
+    # the one feature the scorer weighs, in words, with the step's and a typical value.
+    assert "Computer_terminal" not in {c.agent for c in result.candidates}
+    (evidence,) = result.details["evidence"]
+    assert evidence["feature"] == "error_in_step" and evidence["score_drop"] > 0
+    assert evidence["value"] > evidence["typical"] == 0.0
+    assert "error signal in the step: " in result.reason and evidence["text"] in result.reason
+
+
+def test_the_reason_names_what_sets_the_blamed_step_apart(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
+    model = default_model()
+    for record in who_and_when[::23]:
+        result = LearnedAttributor(model).attribute_now(record.trajectory, OPTIONS)
+        evidence = result.details["evidence"]
+        assert 1 <= len(evidence) <= 3, record.record_id
+        drops = [e["score_drop"] for e in evidence]
+        assert drops == sorted(drops, reverse=True) and drops[-1] > 0
+        assert len({e["text"] for e in evidence}) == len(evidence)
+        for item in evidence:
+            assert item["feature"] in FEATURE_LABELS and item["text"] in result.reason
+            assert item["value"] != item["typical"]
+
+
+def test_every_feature_has_a_label_a_reader_can_follow() -> None:
+    assert set(FEATURE_LABELS) == set(feature_names())
+    assert {shown for _, shown in FEATURE_LABELS.values()} <= {
+        "flag", "int", "log1p", "share", "strength", "ratio",
+    }  # fmt: skip
 
 
 def test_masked_softmax_and_the_blameable_steps() -> None:
