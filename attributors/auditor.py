@@ -13,6 +13,7 @@ from faultfinder.attributors.features import PrefixScanner
 from faultfinder.attributors.learned import (
     StepModel,
     answerable_agents,
+    blameable,
     can_be_blamed,
     default_model,
     trajectory_group,
@@ -34,6 +35,9 @@ class Alarm:
     threshold: float
     steps_seen: int
     """How many steps of the run had arrived when the alarm was raised."""
+    reason: str = ""
+    """Why the step: the prefix scorer's evidence (`StepModel.explain`) over the steps
+    seen so far."""
 
 
 @dataclass
@@ -111,9 +115,21 @@ class Auditor:
                     score=score,
                     threshold=threshold,
                     steps_seen=len(steps),
+                    reason=self._reason(state, index, score, threshold),
                 )
                 state.alarm = state.alarm or raised
         return raised
+
+    def _reason(self, state: _RunState, index: int, score: float, threshold: float) -> str:
+        rows = [state.scanner.prefix_row(i) for i in range(index + 1)]
+        mask = blameable(state.steps[: index + 1])
+        evidence = self.model.explain(rows, index, mask)
+        reason = f"prefix score {score:.2f} above the alarm threshold {threshold:.2f}"
+        if evidence:
+            reason += "; what sets it apart so far: " + "; ".join(e["text"] for e in evidence)
+        elif sum(mask) <= 1:
+            reason += "; no earlier step to compare it with"
+        return reason
 
     def threshold_for(self, trajectory: Trajectory) -> float:
         """The alarm threshold that applies to `trajectory`'s run."""

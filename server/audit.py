@@ -57,6 +57,7 @@ class StoredAlarm:
     steps_seen: int
     created_at: float
     """Unix seconds."""
+    reason: str | None = None
 
 
 class AlarmStore:
@@ -83,6 +84,7 @@ class AlarmStore:
                 "threshold": alarm.threshold,
                 "steps_seen": alarm.steps_seen,
                 "created_at": now,
+                "reason": alarm.reason,
             }
             for alarm in alarms
         ]
@@ -116,6 +118,7 @@ def _stored(row: object) -> StoredAlarm:
         threshold=mapping["threshold"],
         steps_seen=mapping["steps_seen"],
         created_at=mapping["created_at"] / 1e9,
+        reason=mapping["reason"],
     )
 
 

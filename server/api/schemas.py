@@ -39,6 +39,8 @@ class AlarmOut(BaseModel):
     steps_seen: int
     """Steps that had arrived when the alarm was raised."""
     created_at: float
+    reason: str | None = None
+    """Why the step: what set it apart from the steps seen so far."""
 
 
 class RunDetail(RunSummary):

@@ -278,3 +278,5 @@ class AlarmTable(SQLModel, table=True):
     steps_seen: int = Field(sa_column=Column(Integer, nullable=False))
     """Steps of the run that had arrived when the alarm was raised."""
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """Why the step: what set it apart from the steps seen so far (none before 0004)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 from pathlib import Path
 
@@ -47,9 +48,10 @@ async def test_alarms_are_raised_from_the_prefix_of_runs_still_running(store: Sp
     assert announced, "no alarm on five long failed runs"
     assert max(early) > 0  # at least one alarm came before the run's last step
     stored = await alarms.for_runs([alarm.run_id for alarm in announced])
-    assert {run_id: (a.step, a.agent) for run_id, a in stored.items()} == {
-        alarm.run_id: (alarm.step, alarm.agent) for alarm in announced
+    assert {run_id: (a.step, a.agent, a.reason) for run_id, a in stored.items()} == {
+        alarm.run_id: (alarm.step, alarm.agent, alarm.reason) for alarm in announced
     }
+    assert all(alarm.reason.startswith("prefix score ") for alarm in announced)
 
 
 async def test_a_pass_over_many_runs_raises_the_alarms_of_auditing_each_run_alone(
@@ -118,5 +120,9 @@ def test_the_sidecar_exposes_early_alarms_in_the_api_and_metrics(
         assert run["alarm"] == alarm and alarm["run_id"] == run_id
         assert 0 <= alarm["step"] < len(steps)
         assert alarm["agent"] == record.trajectory.steps[alarm["step"]].agent
+        # The alarm says why, and the run's page shows it while the run is still running.
+        assert alarm["reason"].startswith("prefix score ") and "sets it apart" in alarm["reason"]
+        page = client.get(f"/ui/runs/{run_id}").text
+        assert 'id="alarm"' in page and alarm["reason"] in html.unescape(page)
         metrics = client.get("/metrics").text
         assert f'faultfinder_early_alarms_total{{agent="{alarm["agent"]}"}} 1.0' in metrics
