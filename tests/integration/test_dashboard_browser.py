@@ -21,6 +21,7 @@ from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
 from faultfinder.benchmarks.replay import replay
 from tests.integration.sidecar import ROOT, running_sidecar
+from tests.otlp_helpers import protobuf_body, trajectory_spans
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -295,3 +296,40 @@ def test_the_event_stream_announces_runs_and_resumes_from_the_last_event_id(
         headers = {"last-event-id": "0000:1"}
         with httpx.stream("GET", url, headers=headers, timeout=30) as response:
             assert _events(response.iter_lines(), until="reset")[0]["event"] == "reset"
+
+
+@needs_chromium
+def test_an_early_alarm_appears_on_the_open_run_page_while_the_run_is_running(
+    sqlite_database_url: str, tmp_path: Path, browser: Any, expect: Any
+) -> None:
+    record = next(r for r in load_dataset("who_and_when:hand-crafted") if len(r.trajectory) > 60)
+    spans = trajectory_spans(record.trajectory)
+    steps = [span for span in spans if span.parent is not None]  # the root never ends here
+    env = {"FAULTFINDER_AUDIT_INTERVAL": "0.2", "FAULTFINDER_QUIET_PERIOD": "600"}
+    headers = {"content-type": "application/x-protobuf"}
+    dialogs: list[str] = []
+    errors: list[str] = []
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as api,
+    ):
+        run_id = f"{spans[0].context.trace_id:032x}"
+        first = api.post("/v1/traces", content=protobuf_body(steps[:1]), headers=headers)
+        assert first.status_code == 200
+        page = _watch(browser.new_page(), dialogs, errors)
+        page.goto(f"{sidecar.url}/ui/runs/{run_id}")
+        expect(page.locator("#alarm")).to_have_count(0)
+        page.evaluate("window.__sameDocument = true")
+        for start in range(1, len(steps), 10):
+            body = protobuf_body(steps[start : start + 10])
+            assert api.post("/v1/traces", content=body, headers=headers).status_code == 200
+        # The alarm shows up without a reload, with its agent, step and reason.
+        alarm = page.locator("#alarm")
+        expect(alarm).to_have_count(1)
+        stored = api.get(f"/api/runs/{run_id}").json()
+        assert stored["status"] == "running" and stored["alarm"] is not None
+        raised = stored["alarm"]
+        expect(alarm).to_contain_text(f"{raised['agent']} at step {raised['step']}")
+        expect(alarm).to_contain_text(raised["reason"])
+        assert page.evaluate("window.__sameDocument") is True
+    assert not dialogs and not errors
