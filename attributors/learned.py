@@ -84,7 +84,7 @@ class AgentRule:
     """How the blamed agent follows from the step scores."""
 
     TOP_STEP = "top_step"
-    """The owner of the highest-scoring step."""
+    """The agent answering for the highest-scoring step (`answerable_agents`)."""
     AGENT_MASS = "agent_mass"
     """The agent whose steps carry the most probability mass."""
 
