@@ -1,6 +1,7 @@
 """Cross-validation of the `learned` attributor: train on k−1 folds, score only the held-out fold.
 
-Folds are by record, stratified by subset, with fixed seeds; hyper-parameters, the
+Folds are by record, stratified by subset, with fixed seeds, and the runs of one task
+(Who&When asks 42 questions in both subsets) always share a fold; hyper-parameters, the
 agent rule, conformal thresholds and the auditor's alarm threshold are all chosen
 inside the training folds (nested CV). The first-error heuristic is scored on the
 same held-out folds for comparison. Training-fold accuracy is never reported.
@@ -55,6 +56,7 @@ from faultfinder.benchmarks.train import (
     first_alarm,
     require_training_packages,
     stratified_folds,
+    task_key,
     tune_and_fit,
 )
 
@@ -123,7 +125,12 @@ class FoldOutcome:
 
 def fold_plan(records: Sequence[BenchmarkRecord], k: int, seed: int) -> list[list[int]]:
     """The outer folds (record positions) for one seed: disjoint, covering every record."""
-    folds: list[list[int]] = stratified_folds([record.subset for record in records], k, seed)
+    folds: list[list[int]] = stratified_folds(
+        [record.subset for record in records],
+        k,
+        seed,
+        [task_key(record.trajectory) for record in records],
+    )
     return folds
 
 

@@ -6,7 +6,9 @@ an LLM method's accuracy with those hints would be flattered. For a benchmark on
 each record's hints therefore come from a model trained, exactly as `faultfinder train`
 trains the packaged one (config and agent rule chosen by inner CV), on the other folds
 only. Folds are by record over all of Who&When (both subsets, like the packaged model's
-training data), stratified by subset, with a fixed seed.
+training data), stratified by subset, with a fixed seed; the runs of one task share a
+fold, so no hint comes from a model that trained on the same question in the other
+subset.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from faultfinder.benchmarks.train import (
     FeatureCache,
     ModelConfig,
     stratified_folds,
+    task_key,
     tune_and_fit,
 )
 
@@ -70,7 +73,12 @@ def build_fold_models(
     `needed` must be records of `everything` (same record ids). `on_fold(done, total)`
     reports progress; a fold takes seconds (LightGBM over a few thousand steps).
     """
-    plan = stratified_folds([record.subset for record in everything], folds, seed)
+    plan = stratified_folds(
+        [record.subset for record in everything],
+        folds,
+        seed,
+        [task_key(record.trajectory) for record in everything],
+    )
     position = {record.trajectory.run_id: i for i, record in enumerate(everything)}
     missing = [r.record_id for r in needed if r.trajectory.run_id not in position]
     if missing:

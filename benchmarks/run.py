@@ -117,7 +117,8 @@ class BenchmarkSettings:
     selection: str = "all records"
     """How the records were chosen (limit, fixed fraction, record list)."""
     prefilter: Mapping[str, Any] | None = None
-    """The learned pre-filter of LLM methods (top_k, cv_folds, cv_seed), None when off."""
+    """The learned pre-filter of LLM methods (top_k, cv_folds, cv_seed, cv_folds_by), None
+    when off."""
 
     @property
     def seeds(self) -> list[int]:
@@ -1029,6 +1030,9 @@ def run_command(
         prefilter_config["prefilter_top_k"] = prefilter_top_k
         if prefilter_cv is not None:
             prefilter["cv_seed"] = seed
+            # Folds keep a task's runs together (`stratified_folds`); a directory whose
+            # hints came from record-split folds must not be continued with these.
+            prefilter["cv_folds_by"] = "task"
             # Refuse a directory made with another pre-filter before spending time on training.
             try:
                 recorded = _read_run_file(out_dir) if resume else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from faultfinder.attributors.learned import (
     blameable,
     softmax,
 )
-from faultfinder.attributors.model import normalise_agent
+from faultfinder.attributors.model import Trajectory, normalise_agent
 from faultfinder.benchmarks.datasets import (
     DATASET_SPECS,
     DATASETS_DIR_ENV,
@@ -61,6 +62,7 @@ __all__ = [
     "out_of_fold_scores",
     "require_training_packages",
     "stratified_folds",
+    "task_key",
     "train_command",
     "tune_and_fit",
 ]
@@ -127,6 +129,8 @@ class RunMatrix:
     """The agent that answers for each step (`learned.answerable_agents`)."""
     blameable: tuple[bool, ...]
     """Steps the attributor may blame (`learned.blameable`); the others get no probability."""
+    task: str = ""
+    """`task_key` of the record: runs of one task share a fold in inner CV."""
 
 
 class FeatureCache:
@@ -158,6 +162,7 @@ class FeatureCache:
                 gold_agent=record.gold.agent,
                 agents=tuple(answerable_agents(trajectory.steps)),
                 blameable=tuple(blameable(trajectory.steps)),
+                task=task_key(trajectory),
             )
         return self._cache[key]
 
@@ -170,29 +175,71 @@ class FeatureCache:
         ]
 
 
-def stratified_folds(subsets: Sequence[str], k: int, seed: int) -> list[list[int]]:
+def stratified_folds(
+    subsets: Sequence[str], k: int, seed: int, tasks: Sequence[str] | None = None
+) -> list[list[int]]:
     """Indices 0..len(subsets)-1 split into `k` disjoint folds, each subset spread evenly.
 
     Within each subset the order is shuffled with `seed` and dealt round-robin, starting
     where the previous subset stopped so that fold sizes differ by at most one.
+
+    `tasks` (one key per record, see `task_key`) keeps records of the same task in one
+    fold: Who&When asks 42 of its questions in both subsets, and a model must not be
+    scored on a question whose other run it trained on. A record whose task already has
+    a fold joins it; every other record goes to the fold with the fewest records of its
+    subset, looking from the round-robin position on, and within a subset the records of
+    repeated tasks are dealt first so that they spread evenly too. A task with more
+    records than a fold holds (k folds of n records: more than n // k) is a template,
+    not a repeated question, and its records are dealt one by one. Without repeated
+    tasks the folds are exactly the round-robin ones.
     """
     if k < 2:
         raise ValueError(f"need at least 2 folds, got {k}")
     if k > len(subsets):
         raise ValueError(f"{k} folds need at least {k} records, got {len(subsets)}")
+    if tasks is not None and len(tasks) != len(subsets):
+        raise ValueError(f"{len(tasks)} task keys for {len(subsets)} records")
     rng = random.Random(seed)
     folds: list[list[int]] = [[] for _ in range(k)]
     by_subset: dict[str, list[int]] = {}
     for index, subset in enumerate(subsets):
         by_subset.setdefault(subset, []).append(index)
+    # A task with more runs than a fold holds is a template (one prompt, many inputs),
+    # not a question asked twice: its runs are dealt like distinct tasks.
+    counts = Counter(tasks or ())
+    repeated = {task for task, n in counts.items() if 1 < n <= len(subsets) // k}
+    fold_of_task: dict[str, int] = {}
     cursor = 0
     for subset in sorted(by_subset):
         members = by_subset[subset]
         rng.shuffle(members)
+        if repeated:
+            assert tasks is not None
+            # Deal the repeated tasks first, so that they too spread evenly over the folds
+            # (and their later runs, which must follow, do not pile up in one fold).
+            members.sort(key=lambda i: tasks[i] not in repeated)
+        in_subset = [0] * k
         for index in members:
-            folds[cursor % k].append(index)
-            cursor += 1
+            task = tasks[index] if tasks is not None and tasks[index] in repeated else None
+            if task is not None and task in fold_of_task:
+                fold = fold_of_task[task]
+            else:
+                fewest = min(in_subset)
+                fold = next(
+                    f for f in ((cursor + j) % k for j in range(k)) if in_subset[f] == fewest
+                )
+                cursor = fold + 1
+                if task is not None:
+                    fold_of_task[task] = fold
+            folds[fold].append(index)
+            in_subset[fold] += 1
     return [sorted(fold) for fold in folds]
+
+
+def task_key(trajectory: Trajectory) -> str:
+    """What makes two records the same task for fold splitting: the task text, with
+    case and runs of whitespace ignored."""
+    return " ".join(trajectory.task.split()).casefold()
 
 
 # --- fitting ------------------------------------------------------------------------
@@ -339,7 +386,7 @@ def out_of_fold_scores(
     runs: Sequence[RunMatrix], config: ModelConfig, k: int, seed: int
 ) -> list[list[float]]:
     """Each run's step scores from a model fitted on the other folds only."""
-    folds = stratified_folds([run.subset for run in runs], k, seed)
+    folds = stratified_folds([run.subset for run in runs], k, seed, [run.task for run in runs])
     scores: list[list[float]] = [[] for _ in runs]
     for fold in folds:
         held_out = set(fold)

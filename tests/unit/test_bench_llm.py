@@ -25,7 +25,7 @@ from faultfinder.benchmarks.subsets import (
     parse_fraction,
     pick_fraction,
 )
-from faultfinder.benchmarks.train import ModelConfig, stratified_folds
+from faultfinder.benchmarks.train import ModelConfig, stratified_folds, task_key
 from faultfinder.server.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
@@ -248,7 +248,10 @@ def test_prefilter_hints_come_from_out_of_fold_models_and_resume_keeps_k_apart(
 ) -> None:
     # Two records held out by the same fold: one fold model to train keeps the test short.
     everything = list(load_dataset("who_and_when", datasets_dir))
-    fold = next(f for f in stratified_folds([r.subset for r in everything], 5, 0) if f)
+    plan = stratified_folds(
+        [r.subset for r in everything], 5, 0, [task_key(r.trajectory) for r in everything]
+    )
+    fold = next(f for f in plan if f)
     chosen = [everything[i] for i in fold if everything[i].subset == ag_records[0].subset][:2]
     listing = tmp_path / "records.txt"
     listing.write_text("".join(f"{r.record_id}\n" for r in chosen), encoding="utf-8")
@@ -259,7 +262,9 @@ def test_prefilter_hints_come_from_out_of_fold_models_and_resume_keeps_k_apart(
             bench(datasets_dir, out, "--attributor", "all_at_once", "--records", str(listing),
                   "--concurrency", "1", "--base-url", stub.base_url, "--prefilter", "3")
         )  # fmt: skip
-    assert summary["settings"]["prefilter"] == {"top_k": 3, "cv_folds": 5, "cv_seed": 0}
+    assert summary["settings"]["prefilter"] == {
+        "top_k": 3, "cv_folds": 5, "cv_seed": 0, "cv_folds_by": "task"
+    }  # fmt: skip
     assert len(stub.completions) == 2
     for request in stub.completions:
         prompt = request["messages"][-1]["content"]
@@ -276,6 +281,17 @@ def test_prefilter_hints_come_from_out_of_fold_models_and_resume_keeps_k_apart(
                        str(listing), "--base-url", "http://127.0.0.1:9/v1", *other)  # fmt: skip
         assert result.exit_code == 1, result.output
         assert "prefilter =" in result.output and "Traceback" not in result.output
+    assert (out / RESULTS_FILE).read_bytes() == before
+    # A directory whose hints came from folds split by record (before folds kept a task's
+    # runs together) is not continued with hints from the new folds.
+    run_file = out / "run.json"
+    recorded = json.loads(run_file.read_text(encoding="utf-8"))
+    del recorded["identity"]["prefilter"]["cv_folds_by"]
+    run_file.write_text(json.dumps(recorded), encoding="utf-8")
+    result = bench(datasets_dir, out, "--attributor", "all_at_once", "--records", str(listing),
+                   "--base-url", "http://127.0.0.1:9/v1", "--prefilter", "3")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "prefilter =" in result.output and "Traceback" not in result.output
     assert (out / RESULTS_FILE).read_bytes() == before
 
 
@@ -321,6 +337,18 @@ def test_fold_models_never_saw_the_records_they_hint_about(
         assert trained == ids - out and len(trained) >= len(ids) * 3 // 4
         held_out += out
     assert len(held_out) == len(set(held_out))  # folds are disjoint
+    # Who&When asks some questions in both subsets; a model never hints about a question
+    # whose other run it trained on.
+    shared = 0
+    for record in needed:
+        fold = folds.fold_of[record.trajectory.run_id]
+        twins = [
+            r for r in everything
+            if r is not record and task_key(r.trajectory) == task_key(record.trajectory)
+        ]  # fmt: skip
+        shared += bool(twins)
+        assert not {t.record_id for t in twins} & folds.trained_on[fold]
+    assert shared  # the check above ran on records whose task is asked twice
     stranger = ag_records[0].trajectory.model_copy(update={"run_id": "elsewhere/1"})
     with pytest.raises(ValueError, match="no out-of-fold pre-filter model"):
         folds(stranger)

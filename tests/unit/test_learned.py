@@ -44,6 +44,7 @@ from faultfinder.benchmarks.train import (
     batch_scores,
     fit_scorer,
     stratified_folds,
+    task_key,
     train_command,
     tune_and_fit,
 )
@@ -366,6 +367,54 @@ def test_stratified_folds_are_disjoint_cover_everything_and_balance_subsets() ->
     assert stratified_folds(subsets, 5, seed=4) != folds
     with pytest.raises(ValueError, match="at least 2"):
         stratified_folds(subsets, 1, seed=0)
+
+
+def test_runs_of_one_task_share_a_fold_and_subsets_stay_balanced() -> None:
+    # 126 + 58 records as in Who&When, 42 tasks asked in both subsets.
+    subsets = ["a"] * 126 + ["h"] * 58
+    tasks = (
+        [f"t{i}" for i in range(126)] + [f"t{i}" for i in range(42)] + [f"h{i}" for i in range(16)]
+    )
+    for seed in range(5):
+        folds = stratified_folds(subsets, 5, seed, tasks)
+        flat = [i for fold in folds for i in fold]
+        assert sorted(flat) == list(range(len(subsets)))
+        fold_of = {i: n for n, fold in enumerate(folds) for i in fold}
+        for twin in range(42):
+            assert fold_of[twin] == fold_of[126 + twin], (seed, twin)
+        algorithm = [sum(subsets[i] == "a" for i in fold) for fold in folds]
+        hand = [sum(subsets[i] == "h" for i in fold) for fold in folds]
+        assert max(algorithm) - min(algorithm) <= 1
+        assert max(hand) - min(hand) <= 1, hand
+        assert stratified_folds(subsets, 5, seed, tasks) == folds
+    # Distinct tasks: exactly the plain round-robin folds.
+    distinct = [str(i) for i in range(len(subsets))]
+    assert stratified_folds(subsets, 5, 3, distinct) == stratified_folds(subsets, 5, 3)
+    # One prompt for every run (a template, more runs than a fold holds): dealt run by run.
+    template = ["Summarise the ticket."] * len(subsets)
+    assert stratified_folds(subsets, 5, 3, template) == stratified_folds(subsets, 5, 3)
+    with pytest.raises(ValueError, match="task keys"):
+        stratified_folds(subsets, 5, 0, tasks[:-1])
+
+
+def test_who_and_when_folds_never_split_a_question(datasets_dir: Path) -> None:
+    records = list(load_dataset("who_and_when", datasets_dir))
+    by_task: dict[str, set[str]] = {}
+    for record in records:
+        by_task.setdefault(task_key(record.trajectory), set()).add(record.subset)
+    assert sum(len(s) == 2 for s in by_task.values()) == 42  # asked in both subsets
+    for seed in (0, 1, 2):
+        fold_of = {
+            records[i].record_id: n
+            for n, fold in enumerate(fold_plan(records, 5, seed))
+            for i in fold
+        }
+        folds_of_task: dict[str, set[int]] = {}
+        for record in records:
+            folds_of_task.setdefault(task_key(record.trajectory), set()).add(
+                fold_of[record.record_id]
+            )
+        assert all(len(f) == 1 for f in folds_of_task.values())
 
 
 def test_cross_validation_never_scores_a_record_it_trained_on() -> None:
