@@ -536,7 +536,9 @@ class LearnedAttributor:
         order = [i for i in ranked if mask[i]]
         top = order[0]
         answerable = answerable_agents(steps)
-        mass = agent_scores(answerable, probabilities)
+        # The agent rule was chosen on the scores' plain softmax (temperature 1); the
+        # model's temperature only shapes the step distribution for the conformal set.
+        mass = agent_scores(answerable, softmax(scores, 1.0, mask))
         if model.agent_rule == AgentRule.AGENT_MASS:
             agent = max(mass, key=lambda name: mass[name])
         else:

@@ -422,27 +422,25 @@ TEMPERATURES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 """Softmax temperatures tried for the conformal step distribution."""
 
 
-def choose_temperature(
-    runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], alpha: float = 0.1
-) -> float:
-    """The temperature whose calibrated prediction sets drop the most steps (ties: 1.0 first).
+def choose_temperature(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]]) -> float:
+    """The temperature under which the gold steps are likeliest (ties: 1.0 first).
 
-    Only the shape of the distribution changes (the top step does not), so accuracy is
-    unaffected; coverage is guaranteed by the calibration whatever the temperature.
+    Temperature scaling by likelihood, not by how many steps the calibrated sets drop:
+    the conformal scores are calibrated on these same runs, and picking, among several
+    temperatures, the one whose calibration quantiles happen to drop the most steps
+    leaves sets that cover less than 1 − α on new runs (measured on Who&When, task-grouped
+    5-fold CV over 10 seeds: 88.7 % at α = 0.1 that way, 90.1 % by likelihood). Only the
+    shape of the distribution changes (the top step does not), so the step answer is
+    unaffected.
     """
-    best, best_removed = 1.0, -1.0
+    best, best_nll = 1.0, math.inf
     for temperature in sorted(TEMPERATURES, key=lambda t: abs(math.log(t))):
-        examples = [
-            CalibrationExample(softmax(s, temperature, run.blameable), run.gold_step, run.group)
-            for run, s in zip(runs, scores, strict=True)
-        ]
-        calibration = calibrate(examples)
-        removed = 0.0
-        for example in examples:
-            interval = calibration.prediction_set(example.probabilities, alpha, example.group)
-            removed += 1.0 - (interval.hi - interval.lo + 1) / len(example.probabilities)
-        if removed > best_removed + 1e-9:
-            best, best_removed = temperature, removed
+        nll = 0.0
+        for run, s in zip(runs, scores, strict=True):
+            p = softmax(s, temperature, run.blameable)[run.gold_step]
+            nll -= math.log(max(p, 1e-300))
+        if nll < best_nll - 1e-9:
+            best, best_nll = temperature, nll
     return best
 
 

@@ -4,6 +4,7 @@ export fidelity, cross-validation folds that never score what they trained on.""
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -39,9 +40,12 @@ from faultfinder.benchmarks.datasets import (
     load_dataset,
 )
 from faultfinder.benchmarks.train import (
+    TEMPERATURES,
     FeatureCache,
     ModelConfig,
+    RunMatrix,
     batch_scores,
+    choose_temperature,
     fit_scorer,
     stratified_folds,
     task_key,
@@ -228,6 +232,62 @@ async def test_a_tool_report_is_answered_for_by_the_agent_that_called_the_tool()
     assert evidence["feature"] == "error_in_step" and evidence["score_drop"] > 0
     assert evidence["value"] > evidence["typical"] == 0.0
     assert "error signal in the step: " in result.reason and evidence["text"] in result.reason
+
+
+def test_the_agent_mass_does_not_move_with_the_conformal_temperature() -> None:
+    # The planner's one step scores 1, the coder's three steps 0. At temperature 1 (where
+    # training chose the agent rule) the coder holds more mass (3 / (3 + e) > 1/2); a
+    # sharp temperature fitted for the conformal sets must not hand the run to the planner.
+    names = feature_names()
+    weights = [1.0 if name == "agent_is_first_speaker" else 0.0 for name in names]
+    trajectory = Trajectory(
+        run_id="mass",
+        task="Add the numbers.",
+        steps=[
+            Step(index=0, agent="Planner", content="Plan: add them."),
+            Step(index=1, agent="Coder", content="print(1 + 2)"),
+            Step(index=2, agent="Coder", content="The sum is 3."),
+            Step(index=3, agent="Coder", content="Done."),
+        ],
+    )
+    answers = {}
+    for temperature in (1.0, 0.1):
+        model = StepModel(
+            features=names,
+            scorer=LinearScorer(mean=(0.0,) * len(names), scale=(1.0,) * len(names),
+                                weights=tuple(weights)),
+            agent_rule=AgentRule.AGENT_MASS,
+            temperature=temperature,
+        )  # fmt: skip
+        result = LearnedAttributor(model).attribute_now(trajectory, OPTIONS)
+        answers[temperature] = (result.step, result.agent, result.details["agent_mass"])
+        probabilities = result.details["step_probabilities"]
+        assert probabilities[0] == pytest.approx(softmax([1.0, 0, 0, 0], temperature)[0], abs=1e-5)
+    assert answers[1.0] == answers[0.1]
+    step, agent, mass = answers[0.1]
+    assert (step, agent) == (0, "Coder")
+    assert mass["Coder"] == pytest.approx(3 / (3 + math.e), abs=1e-5)
+
+
+def test_temperature_is_fitted_by_the_likelihood_of_the_gold_steps() -> None:
+    # Gold always scored highest by a clear margin: a sharp temperature is likeliest. Gold
+    # at random: the flattest one is.
+    rng = random.Random(0)
+    sharp, flat = [], []
+    for i in range(40):
+        n = 8
+        gold = rng.randrange(n)
+        informative = [0.0] * n
+        informative[gold] = 3.0
+        noise = [rng.gauss(0.0, 3.0) for _ in range(n)]
+        for runs, scores in ((sharp, informative), (flat, noise)):
+            run = RunMatrix(
+                record_id=str(i), subset="s", group=None, rows=np.zeros((n, 1)),
+                gold_step=gold, gold_agent="a", agents=("a",) * n, blameable=(True,) * n,
+            )  # fmt: skip
+            runs.append((run, scores))
+    assert choose_temperature([r for r, _ in sharp], [s for _, s in sharp]) == min(TEMPERATURES)
+    assert choose_temperature([r for r, _ in flat], [s for _, s in flat]) == max(TEMPERATURES)
 
 
 def test_the_reason_names_what_sets_the_blamed_step_apart(
