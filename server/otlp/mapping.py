@@ -138,10 +138,13 @@ _OPENINFERENCE_KINDS: dict[str, StepKind] = {
     c.OI_KIND_RERANKER: StepKind.TOOL,
     c.OI_KIND_LLM: StepKind.LLM,
     c.OI_KIND_AGENT: StepKind.MESSAGE,
-    c.OI_KIND_GUARDRAIL: StepKind.SYSTEM,
+    c.OI_KIND_GUARDRAIL: StepKind.TOOL,
 }
 """OpenInference span kinds that are steps. CHAIN is not: LangChain emits chains for
-prompt templates and output parsers, which would bury the real steps."""
+prompt templates and output parsers, which would bury the real steps. A GUARDRAIL is an
+automated check that rejects or rewrites input or output: like a tool's, its report can
+be the decisive step (a wrong block, a missed jailbreak), answered for by the agent it
+ran for (`learned.answerable_agents`); as `system` it could never be blamed."""
 
 _STEP_KINDS = {kind.value: kind for kind in StepKind}
 

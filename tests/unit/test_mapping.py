@@ -9,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faultfinder.attributors.model import StepKind, StepStatus
+from faultfinder.attributors.learned import answerable_agents, can_be_blamed
+from faultfinder.attributors.model import Step, StepKind, StepStatus
 from faultfinder.sdk import conventions as c
 from faultfinder.server.otlp.mapping import MappedSpan, map_span, run_facts, run_id_of
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord
@@ -178,6 +179,23 @@ def test_openinference_tool_span_takes_tool_fields_and_output_value() -> None:
         "42",
     )
     assert facts.content == "42"
+
+
+def test_openinference_guardrail_span_is_a_check_that_can_be_blamed() -> None:
+    # A guardrail that wrongly blocked an answer is a step of the run, not bookkeeping.
+    facts = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: "GUARDRAIL",
+            c.OI_INPUT_VALUE: "The capital of Australia is Canberra.",
+            c.OI_OUTPUT_VALUE: "blocked: possible prompt injection",
+        }
+    )
+    assert facts.is_step_candidate and facts.kind is StepKind.TOOL
+    assert facts.content == "blocked: possible prompt injection"
+    step = Step(index=1, agent="output-filter", kind=facts.kind, content=facts.content)
+    writer = Step(index=0, agent="writer", content="The capital of Australia is Canberra.")
+    assert can_be_blamed(step)
+    assert answerable_agents([writer, step]) == ["writer", "writer"]
 
 
 def test_openinference_tool_span_takes_arguments_from_input_not_from_the_schema() -> None:
