@@ -429,6 +429,20 @@ def test_stratified_folds_are_disjoint_cover_everything_and_balance_subsets() ->
         stratified_folds(subsets, 1, seed=0)
 
 
+def round_robin_folds(subsets: list[str], k: int, seed: int) -> list[list[int]]:
+    """The folds before task grouping: per subset (sorted), shuffle, deal round-robin."""
+    rng = random.Random(seed)
+    folds: list[list[int]] = [[] for _ in range(k)]
+    cursor = 0
+    for subset in sorted(set(subsets)):
+        members = [i for i, s in enumerate(subsets) if s == subset]
+        rng.shuffle(members)
+        for index in members:
+            folds[cursor % k].append(index)
+            cursor += 1
+    return [sorted(fold) for fold in folds]
+
+
 def test_runs_of_one_task_share_a_fold_and_subsets_stay_balanced() -> None:
     # 126 + 58 records as in Who&When, 42 tasks asked in both subsets.
     subsets = ["a"] * 126 + ["h"] * 58
@@ -447,12 +461,17 @@ def test_runs_of_one_task_share_a_fold_and_subsets_stay_balanced() -> None:
         assert max(algorithm) - min(algorithm) <= 1
         assert max(hand) - min(hand) <= 1, hand
         assert stratified_folds(subsets, 5, seed, tasks) == folds
-    # Distinct tasks: exactly the plain round-robin folds.
+    # Without tasks, with distinct tasks, and with one prompt for every run (a template:
+    # more runs than a fold holds, dealt run by run): the plain round-robin folds that
+    # every earlier seed's figures were measured on.
     distinct = [str(i) for i in range(len(subsets))]
-    assert stratified_folds(subsets, 5, 3, distinct) == stratified_folds(subsets, 5, 3)
-    # One prompt for every run (a template, more runs than a fold holds): dealt run by run.
     template = ["Summarise the ticket."] * len(subsets)
-    assert stratified_folds(subsets, 5, 3, template) == stratified_folds(subsets, 5, 3)
+    for seed in range(5):
+        for k in (2, 3, 5):
+            expected = round_robin_folds(subsets, k, seed)
+            assert stratified_folds(subsets, k, seed) == expected
+            assert stratified_folds(subsets, k, seed, distinct) == expected
+            assert stratified_folds(subsets, k, seed, template) == expected
     with pytest.raises(ValueError, match="task keys"):
         stratified_folds(subsets, 5, 0, tasks[:-1])
 
