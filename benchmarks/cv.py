@@ -54,9 +54,8 @@ from faultfinder.benchmarks.train import (
     ModelConfig,
     batch_scores,
     first_alarm,
+    record_folds,
     require_training_packages,
-    stratified_folds,
-    task_key,
     tune_and_fit,
 )
 
@@ -125,13 +124,7 @@ class FoldOutcome:
 
 def fold_plan(records: Sequence[BenchmarkRecord], k: int, seed: int) -> list[list[int]]:
     """The outer folds (record positions) for one seed: disjoint, covering every record."""
-    folds: list[list[int]] = stratified_folds(
-        [record.subset for record in records],
-        k,
-        seed,
-        [task_key(record.trajectory) for record in records],
-    )
-    return folds
+    return record_folds(records, k, seed)
 
 
 def _withheld(trajectory: Trajectory, use_ground_truth: bool) -> Trajectory:

@@ -23,8 +23,7 @@ from faultfinder.benchmarks.train import (
     DEFAULT_GRID,
     FeatureCache,
     ModelConfig,
-    stratified_folds,
-    task_key,
+    record_folds,
     tune_and_fit,
 )
 
@@ -73,12 +72,7 @@ def build_fold_models(
     `needed` must be records of `everything` (same record ids). `on_fold(done, total)`
     reports progress; a fold takes seconds (LightGBM over a few thousand steps).
     """
-    plan = stratified_folds(
-        [record.subset for record in everything],
-        folds,
-        seed,
-        [task_key(record.trajectory) for record in everything],
-    )
+    plan = record_folds(everything, folds, seed)
     position = {record.trajectory.run_id: i for i, record in enumerate(everything)}
     missing = [r.record_id for r in needed if r.trajectory.run_id not in position]
     if missing:

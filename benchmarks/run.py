@@ -1030,9 +1030,11 @@ def run_command(
         prefilter_config["prefilter_top_k"] = prefilter_top_k
         if prefilter_cv is not None:
             prefilter["cv_seed"] = seed
-            # Folds keep a task's runs together (`stratified_folds`); a directory whose
-            # hints came from record-split folds must not be continued with these.
-            prefilter["cv_folds_by"] = "task"
+            # A directory whose hints came from folds split otherwise (before folds kept a
+            # task's runs together) must not be continued with these.
+            from faultfinder.benchmarks.train import FOLDS_BY
+
+            prefilter["cv_folds_by"] = FOLDS_BY
             # Refuse a directory made with another pre-filter before spending time on training.
             try:
                 recorded = _read_run_file(out_dir) if resume else None

@@ -50,6 +50,7 @@ TRAINING_EXTRA_HINT = "training needs numpy, scipy and lightgbm (pip install 'fa
 
 __all__ = [
     "DEFAULT_GRID",
+    "FOLDS_BY",
     "FeatureCache",
     "ModelConfig",
     "RunMatrix",
@@ -60,6 +61,7 @@ __all__ = [
     "fit_model",
     "fit_scorer",
     "out_of_fold_scores",
+    "record_folds",
     "require_training_packages",
     "stratified_folds",
     "task_key",
@@ -204,23 +206,25 @@ def stratified_folds(
     by_subset: dict[str, list[int]] = {}
     for index, subset in enumerate(subsets):
         by_subset.setdefault(subset, []).append(index)
-    # A task with more runs than a fold holds is a template (one prompt, many inputs),
-    # not a question asked twice: its runs are dealt like distinct tasks.
-    counts = Counter(tasks or ())
-    repeated = {task for task, n in counts.items() if 1 < n <= len(subsets) // k}
+    # The task each record shares a fold with, if any. A task with more runs than a fold
+    # holds is a template (one prompt, many inputs), not a question asked twice: its runs
+    # are dealt like distinct tasks.
+    tied: list[str | None] = [None] * len(subsets)
+    if tasks is not None:
+        counts = Counter(tasks)
+        tied = [task if 1 < counts[task] <= len(subsets) // k else None for task in tasks]
     fold_of_task: dict[str, int] = {}
     cursor = 0
     for subset in sorted(by_subset):
         members = by_subset[subset]
         rng.shuffle(members)
-        if repeated:
-            assert tasks is not None
-            # Deal the repeated tasks first, so that they too spread evenly over the folds
-            # (and their later runs, which must follow, do not pile up in one fold).
-            members.sort(key=lambda i: tasks[i] not in repeated)
+        # Deal the repeated tasks first, so that they too spread evenly over the folds (and
+        # their later runs, which must follow, do not pile up in one fold); stable, so
+        # without repeated tasks the order is the shuffle's.
+        members.sort(key=lambda i: tied[i] is None)
         in_subset = [0] * k
         for index in members:
-            task = tasks[index] if tasks is not None and tasks[index] in repeated else None
+            task = tied[index]
             if task is not None and task in fold_of_task:
                 fold = fold_of_task[task]
             else:
@@ -240,6 +244,21 @@ def task_key(trajectory: Trajectory) -> str:
     """What makes two records the same task for fold splitting: the task text, with
     case and runs of whitespace ignored."""
     return " ".join(trajectory.task.split()).casefold()
+
+
+FOLDS_BY = "task"
+"""What `record_folds` keeps together; recorded where out-of-fold results are stored."""
+
+
+def record_folds(records: Sequence[BenchmarkRecord], k: int, seed: int) -> list[list[int]]:
+    """The k folds (record positions) of labelled records: stratified by subset, the runs
+    of one task (`task_key`) together. The one split of the outer CV and the pre-filter."""
+    return stratified_folds(
+        [record.subset for record in records],
+        k,
+        seed,
+        [task_key(record.trajectory) for record in records],
+    )
 
 
 # --- fitting ------------------------------------------------------------------------

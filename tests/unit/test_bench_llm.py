@@ -25,7 +25,7 @@ from faultfinder.benchmarks.subsets import (
     parse_fraction,
     pick_fraction,
 )
-from faultfinder.benchmarks.train import ModelConfig, stratified_folds, task_key
+from faultfinder.benchmarks.train import ModelConfig, record_folds, task_key
 from faultfinder.server.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
@@ -248,10 +248,7 @@ def test_prefilter_hints_come_from_out_of_fold_models_and_resume_keeps_k_apart(
 ) -> None:
     # Two records held out by the same fold: one fold model to train keeps the test short.
     everything = list(load_dataset("who_and_when", datasets_dir))
-    plan = stratified_folds(
-        [r.subset for r in everything], 5, 0, [task_key(r.trajectory) for r in everything]
-    )
-    fold = next(f for f in plan if f)
+    fold = next(f for f in record_folds(everything, 5, 0) if f)
     chosen = [everything[i] for i in fold if everything[i].subset == ag_records[0].subset][:2]
     listing = tmp_path / "records.txt"
     listing.write_text("".join(f"{r.record_id}\n" for r in chosen), encoding="utf-8")
