@@ -1,8 +1,8 @@
 """The `learned` attributor: a small trained step scorer evaluated in pure Python.
 
-The model is a JSON artifact (`StepModel`): a linear scorer or a gradient-boosted tree
-ensemble over the features of `attributors.features`, trained by
-`faultfinder.benchmarks.train`. Scores become a distribution over steps (softmax);
+The model is a JSON artifact (`StepModel`): a linear scorer, a gradient-boosted tree
+ensemble, or the mean of several of them, over the features of `attributors.features`,
+trained by `faultfinder.benchmarks.train`. Scores become a distribution over steps (softmax);
 the top step is blamed, and the agent answering for it (or the agent with the most mass)
 is the agent; a tool's or human's report answers to the agent that acted before it
 (`answerable_agents`).
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "AgentRule",
     "LearnedAttributor",
     "LinearScorer",
+    "MeanScorer",
     "ModelFormatError",
     "RegressionTree",
     "Scorer",
@@ -101,10 +103,18 @@ class LinearScorer:
     bias: float = 0.0
 
     def score(self, row: Sequence[float]) -> float:
-        total = self.bias
-        for x, m, s, w in zip(row, self.mean, self.scale, self.weights, strict=True):
-            total += w * (x - m) / s
-        return total
+        coefficients, offset = self._folded
+        if len(row) != len(coefficients):
+            raise ValueError(f"expected {len(coefficients)} features, got {len(row)}")
+        return offset + math.fsum(map(operator.mul, coefficients, row))
+
+    @cached_property
+    def _folded(self) -> tuple[tuple[float, ...], float]:
+        """The weights divided by the scales, and the bias minus what the means take off:
+        score = offset + Σ coefficient_j · x_j, one multiply-add per feature."""
+        coefficients = tuple(w / s for w, s in zip(self.weights, self.scale, strict=True))
+        offset = self.bias - math.fsum(c * m for c, m in zip(coefficients, self.mean, strict=True))
+        return coefficients, offset
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -142,7 +152,11 @@ class TreeEnsembleScorer:
     base: float = 0.0
 
     def score(self, row: Sequence[float]) -> float:
-        return self.base + sum(tree.score(row) for tree in self.trees)
+        return self.base + self._compiled(row)
+
+    @cached_property
+    def _compiled(self) -> Callable[[Sequence[float]], float]:
+        return _compile_trees(self.trees)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,7 +175,61 @@ class TreeEnsembleScorer:
         }
 
 
-Scorer = LinearScorer | TreeEnsembleScorer
+def _compile_trees(trees: Sequence[RegressionTree]) -> Callable[[Sequence[float]], float]:
+    """The sum of the trees' values for a row, as one function of nested conditional
+    expressions (a few times faster than walking the node arrays, which dominated the
+    attribution of long runs). The source is written from the trees' numbers only: node
+    features as ints and constants as `repr` of finite floats, which Python reads back
+    exactly; trees with a non-finite constant are walked instead."""
+
+    def expression(tree: RegressionTree, node: int) -> str:
+        feature = int(tree.feature[node])
+        if feature < 0:
+            return repr(float(tree.value[node]))
+        return (
+            f"({expression(tree, tree.left[node])} if x[{feature}] <= "
+            f"{float(tree.threshold[node])!r} else {expression(tree, tree.right[node])})"
+        )
+
+    finite = all(math.isfinite(v) for tree in trees for v in (*tree.threshold, *tree.value))
+    if not finite:
+        return lambda row: sum(tree.score(row) for tree in trees)
+    lines = ["def total(x):", "    s = 0"]
+    lines += [f"    s += {expression(tree, 0)}" for tree in trees]
+    lines.append("    return s")
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<faultfinder tree ensemble>", "exec"), namespace)
+    compiled: Callable[[Sequence[float]], float] = namespace["total"]
+    return compiled
+
+
+MemberScorer = LinearScorer | TreeEnsembleScorer
+
+
+@dataclass(frozen=True)
+class MeanScorer:
+    """score = the mean of the members' scores.
+
+    The members are trained under the same likelihood (a softmax over a run's steps), so
+    each score is a log-potential of the step distribution and their mean is the
+    normalised geometric mean of the members' distributions: an average of several
+    models instead of a choice among them.
+    """
+
+    members: tuple[MemberScorer, ...]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a mean scorer needs at least one member")
+
+    def score(self, row: Sequence[float]) -> float:
+        return sum(member.score(row) for member in self.members) / len(self.members)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "mean", "members": [member.to_dict() for member in self.members]}
+
+
+Scorer = LinearScorer | TreeEnsembleScorer | MeanScorer
 
 
 @dataclass(frozen=True)
@@ -288,6 +356,9 @@ class StepModel:
     # --- (de)serialisation ---
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready. A group model that scores with this model's own scorer (it differs
+        only in temperature or agent rule) is written without a `scorer`, which it then
+        inherits on loading, so the scorer is stored once."""
         data: dict[str, Any] = {
             "format": MODEL_FORMAT,
             "features": list(self.features),
@@ -299,13 +370,23 @@ class StepModel:
             "alarm_threshold": self.alarm_threshold,
             "alarm_thresholds": dict(self.alarm_thresholds),
             "auditor": self.auditor.to_dict() if self.auditor else None,
-            "groups": {name: sub.to_dict() for name, sub in self.groups.items()},
+            "groups": {},
             "training": dict(self.training),
         }
+        for name, sub in self.groups.items():
+            sub_data = sub.to_dict()
+            if sub.scorer is self.scorer or sub.scorer == self.scorer:
+                del sub_data["scorer"]
+            data["groups"][name] = sub_data
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "model") -> StepModel:
+    def from_dict(
+        cls, data: Mapping[str, Any], source: str = "model", inherited: Scorer | None = None
+    ) -> StepModel:
+        """Parse and validate a model; `inherited` is the scorer of a group model written
+        without one (see `to_dict`)."""
+
         def fail(name: str, problem: str) -> ModelFormatError:
             return ModelFormatError(f"{source}: field {name!r} {problem}")
 
@@ -316,7 +397,10 @@ class StepModel:
         features = data.get("features")
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
             raise fail("features", "must be a list of feature names")
-        scorer = _scorer_from_dict(data.get("scorer"), len(features), fail)
+        if "scorer" not in data and inherited is not None:
+            scorer = inherited
+        else:
+            scorer = _scorer_from_dict(data.get("scorer"), len(features), fail)
         conformal = data.get("conformal")
         auditor_data = data.get("auditor")
         # The nested model's errors already name their source.
@@ -331,7 +415,7 @@ class StepModel:
         if not isinstance(groups_data, Mapping):
             raise fail("groups", "must be an object mapping framework names to models")
         groups = {
-            str(name): cls.from_dict(sub, f"{source} (group {name!r})")
+            str(name): cls.from_dict(sub, f"{source} (group {name!r})", scorer)
             for name, sub in groups_data.items()
         }
         try:
@@ -368,10 +452,26 @@ class StepModel:
         Path(path).write_text(text + "\n", encoding="utf-8")
 
 
-def _scorer_from_dict(data: Any, width: int, fail: Any) -> Scorer:
+def _scorer_from_dict(data: Any, width: int, fail: Any, name: str = "scorer") -> Scorer:
     if not isinstance(data, Mapping):
-        raise fail("scorer", "must be an object")
+        raise fail(name, "must be an object")
     kind = data.get("type")
+    if kind == "mean" and name == "scorer":
+        members = data.get("members")
+        if not isinstance(members, list) or not members:
+            raise fail("scorer.members", "must be a non-empty list of scorers")
+        parsed_members: list[MemberScorer] = []
+        for position, member in enumerate(members):
+            parsed = _scorer_from_dict(member, width, fail, f"scorer.members[{position}]")
+            assert not isinstance(parsed, MeanScorer)
+            parsed_members.append(parsed)
+        return MeanScorer(tuple(parsed_members))
+    return _member_from_dict(data, kind, width, fail, name)
+
+
+def _member_from_dict(
+    data: Mapping[str, Any], kind: Any, width: int, fail: Any, name: str
+) -> MemberScorer:
     if kind == "linear":
         try:
             mean = tuple(float(v) for v in data["mean"])
@@ -379,11 +479,11 @@ def _scorer_from_dict(data: Any, width: int, fail: Any) -> Scorer:
             weights = tuple(float(v) for v in data["weights"])
             bias = float(data.get("bias", 0.0))
         except (KeyError, TypeError, ValueError) as exc:
-            raise fail("scorer", f"is not a valid linear scorer: {exc}") from None
+            raise fail(name, f"is not a valid linear scorer: {exc}") from None
         if not len(mean) == len(scale) == len(weights) == width:
-            raise fail("scorer", f"needs {width} means, scales and weights")
+            raise fail(name, f"needs {width} means, scales and weights")
         if any(s <= 0 for s in scale):
-            raise fail("scorer.scale", "must be positive")
+            raise fail(f"{name}.scale", "must be positive")
         return LinearScorer(mean, scale, weights, bias)
     if kind == "trees":
         trees = []
@@ -397,23 +497,24 @@ def _scorer_from_dict(data: Any, width: int, fail: Any) -> Scorer:
                     value=tuple(float(v) for v in tree["value"]),
                 )
             except (KeyError, TypeError, ValueError) as exc:
-                raise fail(f"scorer.trees[{position}]", f"is not a valid tree: {exc}") from None
+                raise fail(f"{name}.trees[{position}]", f"is not a valid tree: {exc}") from None
             size = len(parsed.feature)
             if size == 0 or not all(
                 len(column) == size
                 for column in (parsed.threshold, parsed.left, parsed.right, parsed.value)
             ):
-                raise fail(f"scorer.trees[{position}]", "node arrays differ in length")
+                raise fail(f"{name}.trees[{position}]", "node arrays differ in length")
             for node in range(size):
                 if parsed.feature[node] >= width:
-                    raise fail(f"scorer.trees[{position}]", f"splits on feature >= {width}")
+                    raise fail(f"{name}.trees[{position}]", f"splits on feature >= {width}")
                 if parsed.feature[node] >= 0 and not (
                     node < parsed.left[node] < size and node < parsed.right[node] < size
                 ):
-                    raise fail(f"scorer.trees[{position}]", f"node {node} has bad children")
+                    raise fail(f"{name}.trees[{position}]", f"node {node} has bad children")
             trees.append(parsed)
         return TreeEnsembleScorer(tuple(trees), float(data.get("base", 0.0)))
-    raise fail("scorer.type", f"must be 'linear' or 'trees', got {kind!r}")
+    kinds = "'linear', 'trees' or 'mean'" if name == "scorer" else "'linear' or 'trees'"
+    raise fail(f"{name}.type", f"must be {kinds}, got {kind!r}")
 
 
 @lru_cache(maxsize=1)

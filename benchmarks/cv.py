@@ -1,10 +1,11 @@
 """Cross-validation of the `learned` attributor: train on k−1 folds, score only the held-out fold.
 
 Folds are by record, stratified by subset, with fixed seeds, and the runs of one task
-(Who&When asks 42 questions in both subsets) always share a fold; hyper-parameters, the
-agent rule, conformal thresholds and the auditor's alarm threshold are all chosen
-inside the training folds (nested CV). The first-error heuristic is scored on the
-same held-out folds for comparison. Training-fold accuracy is never reported.
+(Who&When asks 42 questions in both subsets) always share a fold; the agent rule, the
+framework models, the temperatures, conformal thresholds and the auditor's alarm
+threshold are all chosen inside the training folds (nested CV). The first-error
+heuristic is scored on the same held-out folds for comparison. Training-fold accuracy is
+never reported.
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def cross_validate(
                 train_ids=tuple(r.record_id for r in train),
                 test_ids=tuple(records[i].record_id for i in test_positions),
                 chosen={
-                    "config": model.training.get("config"),
+                    "configs": model.training.get("configs"),
                     "agent_rule": model.agent_rule,
                     "groups": model.training.get("group_choices"),
                     "alarm_threshold": model.auditor.alarm_threshold if model.auditor else None,
@@ -427,7 +428,8 @@ def render_cv_report(summary: Mapping[str, Any]) -> str:
         "",
         f"Seeds {settings['seeds']}; ground truth "
         f"{'used' if settings['use_ground_truth'] else 'withheld'}; "
-        f"inner {settings['inner_folds']}-fold CV over {len(settings['grid'])} configs. "
+        f"an ensemble of {len(settings['grid'])} models, inner {settings['inner_folds']}-fold "
+        "CV for the agent rule, framework models, temperature and calibration. "
         "Every number is on held-out folds; mean ± sample std over seeds.",
         "",
         "| subset | n | agent % | step % | ±1 % | ±3 % | ±5 % "

@@ -4,11 +4,10 @@ The packaged learned model was trained on all of Who&When, so on Who&When its to
 candidates would be hints from a model that has seen the very record it hints about, and
 an LLM method's accuracy with those hints would be flattered. For a benchmark on Who&When
 each record's hints therefore come from a model trained, exactly as `faultfinder train`
-trains the packaged one (config and agent rule chosen by inner CV), on the other folds
-only. Folds are by record over all of Who&When (both subsets, like the packaged model's
-training data), stratified by subset, with a fixed seed; the runs of one task share a
-fold, so no hint comes from a model that trained on the same question in the other
-subset.
+trains the packaged one (`tune_and_fit`), on the other folds only. Folds are by record
+over all of Who&When (both subsets, like the packaged model's training data), stratified
+by subset, with a fixed seed; the runs of one task share a fold, so no hint comes from a
+model that trained on the same question in the other subset.
 """
 
 from __future__ import annotations

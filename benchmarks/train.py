@@ -25,6 +25,7 @@ from faultfinder.attributors.features import feature_names, step_features
 from faultfinder.attributors.learned import (
     AgentRule,
     LinearScorer,
+    MeanScorer,
     RegressionTree,
     Scorer,
     StepModel,
@@ -55,14 +56,17 @@ __all__ = [
     "ModelConfig",
     "RunMatrix",
     "batch_scores",
+    "beats_by_one_standard_error",
     "choose_alarm_threshold",
     "choose_temperature",
     "first_alarm",
+    "fit_ensemble",
     "fit_model",
     "fit_scorer",
     "out_of_fold_scores",
     "record_folds",
     "require_training_packages",
+    "run_utilities",
     "stratified_folds",
     "task_key",
     "train_command",
@@ -75,8 +79,8 @@ class ModelConfig:
     """Hyper-parameters of one candidate model."""
 
     kind: str = "trees"
-    """`trees` (LightGBM, listwise cross-entropy over a run's steps) or `linear`
-    (conditional logit: softmax over a run's steps)."""
+    """`trees` (LightGBM boosted trees) or `linear`; both maximise the conditional-logit
+    likelihood of the gold step (a softmax over each run's blameable steps)."""
     n_trees: int = 150
     learning_rate: float = 0.05
     num_leaves: int = 7
@@ -100,7 +104,8 @@ DEFAULT_GRID: tuple[ModelConfig, ...] = (
     ModelConfig(kind="trees", n_trees=100, num_leaves=4, min_child_samples=10),
     ModelConfig(kind="trees", n_trees=100, learning_rate=0.1, num_leaves=7, min_child_samples=10),
 )
-"""Candidates compared by inner cross-validation on the training records only."""
+"""The members of the ensemble `tune_and_fit` trains: every one is fitted and their
+scores averaged (`MeanScorer`), rather than one chosen by inner CV."""
 
 
 def require_training_packages() -> None:
@@ -325,20 +330,47 @@ def _tree_from_lightgbm(structure: dict[str, Any]) -> RegressionTree:
     return RegressionTree(tuple(feature), tuple(threshold), tuple(left), tuple(right), tuple(value))
 
 
+def _softmax_objective(
+    runs: Sequence[RunMatrix],
+) -> Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray]]:
+    """Gradient and diagonal Hessian of the conditional-logit loss, −Σ log p(gold step),
+    with p a softmax over each run's blameable steps: the likelihood the linear scorer
+    maximises, so that tree scores too are log-potentials of the step distribution (and
+    the members of a `MeanScorer` share one scale)."""
+    import numpy as np
+
+    sizes = np.array([len(run.rows) for run in runs])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    gold = starts + np.array([run.gold_step for run in runs])
+    kept = np.concatenate([np.asarray(run.blameable, dtype=bool) for run in runs])
+    run_of = np.repeat(np.arange(len(runs)), sizes)
+
+    def objective(preds: np.ndarray, _: Any) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.where(kept, preds, -np.inf)
+        top = np.maximum.reduceat(scores, starts)
+        weights = np.where(kept, np.exp(scores - top[run_of]), 0.0)
+        p = weights / np.add.reduceat(weights, starts)[run_of]
+        grad = p.copy()
+        grad[gold] -= 1.0
+        # Floored so that leaves of near-certain steps keep a usable curvature.
+        hess = np.maximum(p * (1.0 - p), 1e-3)
+        return grad, hess
+
+    return objective
+
+
 def _fit_trees(runs: Sequence[RunMatrix], config: ModelConfig, seed: int) -> TreeEnsembleScorer:
     import lightgbm
     import numpy as np
 
     x = np.vstack([run.rows for run in runs])
-    y = np.concatenate(
-        [(np.arange(len(run.rows)) == run.gold_step).astype(np.float64) for run in runs]
-    )
-    dataset = lightgbm.Dataset(x, label=y, group=[len(run.rows) for run in runs])
+    dataset = lightgbm.Dataset(x, label=np.zeros(len(x)))
     params = {
-        "objective": "rank_xendcg",
+        "objective": _softmax_objective(runs),
         "learning_rate": config.learning_rate,
         "num_leaves": config.num_leaves,
         "min_child_samples": config.min_child_samples,
+        "min_sum_hessian_in_leaf": 1e-3,
         "feature_fraction": config.feature_fraction,
         "lambda_l2": config.l2,
         "seed": seed,
@@ -360,7 +392,9 @@ def _fit_trees(runs: Sequence[RunMatrix], config: ModelConfig, seed: int) -> Tre
     return scorer
 
 
-def fit_scorer(runs: Sequence[RunMatrix], config: ModelConfig, seed: int = 0) -> Scorer:
+def fit_scorer(
+    runs: Sequence[RunMatrix], config: ModelConfig, seed: int = 0
+) -> LinearScorer | TreeEnsembleScorer:
     """Fit one scorer on labelled runs."""
     if not runs:
         raise ValueError("no runs to train on")
@@ -371,10 +405,25 @@ def fit_scorer(runs: Sequence[RunMatrix], config: ModelConfig, seed: int = 0) ->
     raise ValueError(f"unknown model kind {config.kind!r}")
 
 
+def fit_ensemble(
+    runs: Sequence[RunMatrix], configs: Sequence[ModelConfig], seed: int = 0
+) -> Scorer:
+    """One scorer per config, averaged (`MeanScorer`); a single config is returned bare."""
+    members = tuple(fit_scorer(runs, config, seed) for config in configs)
+    if not members:
+        raise ValueError("no configs to fit")
+    return members[0] if len(members) == 1 else MeanScorer(members)
+
+
 def batch_scores(scorer: Scorer, rows: np.ndarray) -> np.ndarray:
     """The scorer's scores for many rows at once (vectorised; same values as `score`)."""
     import numpy as np
 
+    if isinstance(scorer, MeanScorer):
+        total_of_members: np.ndarray = sum(
+            (batch_scores(member, rows) for member in scorer.members), np.zeros(len(rows))
+        )
+        return total_of_members / len(scorer.members)
     if isinstance(scorer, LinearScorer):
         weights = np.asarray(scorer.weights) / np.asarray(scorer.scale)
         linear: np.ndarray = (rows - np.asarray(scorer.mean)) @ weights + scorer.bias
@@ -402,14 +451,19 @@ def _scores(scorer: Scorer, run: RunMatrix) -> list[float]:
 
 
 def out_of_fold_scores(
-    runs: Sequence[RunMatrix], config: ModelConfig, k: int, seed: int
+    runs: Sequence[RunMatrix],
+    configs: ModelConfig | Sequence[ModelConfig],
+    k: int,
+    seed: int,
 ) -> list[list[float]]:
-    """Each run's step scores from a model fitted on the other folds only."""
+    """Each run's step scores from a model (one config, or the ensemble of several: see
+    `fit_ensemble`) fitted on the other folds only."""
+    members = (configs,) if isinstance(configs, ModelConfig) else tuple(configs)
     folds = stratified_folds([run.subset for run in runs], k, seed, [run.task for run in runs])
     scores: list[list[float]] = [[] for _ in runs]
     for fold in folds:
         held_out = set(fold)
-        scorer = fit_scorer([r for i, r in enumerate(runs) if i not in held_out], config, seed)
+        scorer = fit_ensemble([r for i, r in enumerate(runs) if i not in held_out], members, seed)
         for i in fold:
             scores[i] = _scores(scorer, runs[i])
     return scores
@@ -425,16 +479,20 @@ def predicted_agent(run: RunMatrix, probabilities: Sequence[float], rule: str) -
     return run.agents[top]
 
 
-def _utility(runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], rule: str) -> float:
-    """Mean of step and agent accuracy: the inner-CV selection criterion."""
-    total = 0.0
+def run_utilities(
+    runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], rule: str
+) -> list[float]:
+    """Per run, the mean of step and agent correctness (0, ½ or 1): what training compares."""
+    utilities: list[float] = []
     for run, s in zip(runs, scores, strict=True):
         p = softmax(s, mask=run.blameable)
         top = max(range(len(p)), key=lambda i: (p[i], -i))
-        total += 0.5 * (top == run.gold_step)
         agent = predicted_agent(run, p, rule)
-        total += 0.5 * (normalise_agent(agent) == normalise_agent(run.gold_agent))
-    return total / len(runs)
+        utilities.append(
+            0.5 * (top == run.gold_step)
+            + 0.5 * (normalise_agent(agent) == normalise_agent(run.gold_agent))
+        )
+    return utilities
 
 
 TEMPERATURES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -497,54 +555,82 @@ def choose_alarm_threshold(runs: Sequence[RunMatrix], scores: Sequence[Sequence[
 
 
 GROUP_MIN_RECORDS = 20
-"""A framework gets its own model candidates only with at least this many training runs."""
+"""A framework gets choices of its own (a model trained on its runs only, agent rule,
+temperature, alarm threshold) only with at least this many training runs."""
 
 
 @dataclass(frozen=True)
 class _Choice:
-    """One candidate for a set of runs: where it trains, its config and agent rule."""
+    """The scorer chosen for a set of runs (pooled or trained on the group's runs only),
+    its agent rule and its inner out-of-fold scores."""
 
-    utility: float
-    config: ModelConfig
     rule: str
     scores: dict[int, list[float]]
     """Inner out-of-fold scores by run position (of the runs it was judged on)."""
+    utilities: dict[str, list[float]]
+    """Agent rule -> per-run utility (`run_utilities`) on the runs it was judged on."""
     own_group: bool = False
     """Trained on the group's runs only (else on all runs)."""
 
-    def label(self) -> str:
-        where = "group-only" if self.own_group else "pooled"
-        return f"{where} {self.config.label()} / {self.rule}"
-
-
-def _best(
-    runs: Sequence[RunMatrix],
-    positions: Sequence[int],
-    candidates: Sequence[tuple[ModelConfig, bool, dict[int, list[float]]]],
-) -> tuple[_Choice, dict[str, float]]:
-    """The candidate (config × agent rule) with the best inner-CV utility on `positions`.
-
-    Earlier candidates win ties, so pooled configs are preferred to group-only ones.
-    """
-    chosen: _Choice | None = None
-    report: dict[str, float] = {}
-    judged = [runs[i] for i in positions]
-    for config, own_group, scores in candidates:
+    @classmethod
+    def judge(
+        cls,
+        runs: Sequence[RunMatrix],
+        positions: Sequence[int],
+        scores: dict[int, list[float]],
+        rules: Sequence[str],
+        own_group: bool = False,
+    ) -> _Choice:
+        """The agent rule of `rules` with the best mean utility on `positions` (ties: the
+        first)."""
+        judged = [runs[i] for i in positions]
         subset = [scores[i] for i in positions]
-        for rule in AgentRule.ALL:
-            utility = _utility(judged, subset, rule)
-            choice = _Choice(utility, config, rule, scores, own_group)
-            report[choice.label()] = utility
-            if chosen is None or utility > chosen.utility + 1e-12:
-                chosen = choice
-    assert chosen is not None
-    return chosen, report
+        utilities = {rule: run_utilities(judged, subset, rule) for rule in rules}
+        rule = max(rules, key=lambda r: (sum(utilities[r]), -rules.index(r)))
+        return cls(rule, scores, utilities, own_group)
+
+    @property
+    def utility(self) -> float:
+        values = self.utilities[self.rule]
+        return sum(values) / len(values)
+
+    @property
+    def where(self) -> str:
+        return "group-only" if self.own_group else "pooled"
+
+    def label(self) -> str:
+        return f"{self.where} ensemble / {self.rule}"
+
+    def report(self) -> dict[str, float]:
+        """Mean inner-CV utility per agent rule."""
+        return {f"{self.where} / {rule}": sum(u) / len(u) for rule, u in self.utilities.items()}
+
+
+def beats_by_one_standard_error(gains: Sequence[float]) -> bool:
+    """Whether paired per-run gains have a mean above one standard error of that mean.
+
+    A framework's own model replaces the pooled one only then (the one-standard-error
+    rule: keep the model backed by more data unless the other is better by more than
+    the noise of the comparison). With a few dozen runs per framework, inner-CV
+    differences of a few points are within that noise, and choosing by the raw mean
+    picks the worse model about as often as the better one.
+    """
+    n = len(gains)
+    if n < 2:
+        return False
+    mean = sum(gains) / n
+    variance = sum((g - mean) ** 2 for g in gains) / (n - 1)
+    return mean > math.sqrt(variance / n)
 
 
 def _scores_by_position(
-    runs: Sequence[RunMatrix], positions: Sequence[int], config: ModelConfig, k: int, seed: int
+    runs: Sequence[RunMatrix],
+    positions: Sequence[int],
+    configs: Sequence[ModelConfig],
+    k: int,
+    seed: int,
 ) -> dict[int, list[float]]:
-    scores = out_of_fold_scores([runs[i] for i in positions], config, k, seed)
+    scores = out_of_fold_scores([runs[i] for i in positions], configs, k, seed)
     return dict(zip(positions, scores, strict=True))
 
 
@@ -558,34 +644,42 @@ def tune_and_fit(
     use_ground_truth: bool = True,
     auditor: bool = True,
     per_group: bool = True,
+    agent_rules: Sequence[str] = (AgentRule.TOP_STEP,),
     on_step: Callable[[str], None] | None = None,
 ) -> StepModel:
-    """Choose the model config and agent rule by inner CV on `records`, then fit on all of them.
+    """Fit the ensemble of every config in `grid` on `records` and choose, by inner CV
+    on `records` only, what remains to choose.
 
-    With `per_group`, each framework with enough runs also gets candidates trained on
-    its runs only; the best of the pooled and group-only candidates on that framework's
-    runs (inner CV) becomes its group model. The inner out-of-fold scores of the chosen
-    candidates also pick the softmax temperatures and calibrate the conformal sets, and
-    the auditor's prefix-only model gets its alarm threshold the same way. Nothing
-    outside `records` is looked at.
+    The scorer is the mean of one model per config (`fit_ensemble`): averaging the
+    candidates instead of picking one by inner CV, whose pick on a few hundred runs is
+    mostly noise (on Who&When the picked model scored below every candidate it was
+    picked from). The inner out-of-fold scores of the ensemble choose the agent rule,
+    the softmax temperature (by likelihood) and calibrate the conformal sets. With
+    `per_group`, each framework with at least `GROUP_MIN_RECORDS` runs also gets an
+    ensemble trained on its runs only, which replaces the pooled one for that framework
+    when it is better on that framework's runs by more than one standard error
+    (`beats_by_one_standard_error`), and an agent rule, temperature and alarm threshold
+    of its own. The auditor's prefix-only ensemble gets its alarm threshold the same
+    way. Nothing outside `records` is looked at.
     """
+    configs = tuple(grid)
+    if not configs:
+        raise ValueError("no configs to train")
     runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=False)
     everyone = list(range(len(runs)))
-    pooled: list[tuple[ModelConfig, bool, dict[int, list[float]]]] = []
-    for config in grid:
-        pooled.append(
-            (config, False, _scores_by_position(runs, everyone, config, inner_folds, seed))
-        )
-        if on_step is not None:
-            on_step(config.label())
-    best, pooled_report = _best(runs, everyone, pooled)
-    report: dict[str, dict[str, float]] = {"*": pooled_report}
+    step = on_step or (lambda _: None)
+    step("pooled ensemble")
+    rules = tuple(agent_rules)
+    pooled = _Choice.judge(
+        runs, everyone, _scores_by_position(runs, everyone, configs, inner_folds, seed), rules
+    )
+    report: dict[str, dict[str, float]] = {"*": pooled.report()}
 
     members: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
         if run.group is not None:
             members.setdefault(run.group, []).append(i)
-    # Frameworks with enough training runs get choices of their own (model, alarm threshold).
+    # Frameworks with enough training runs get choices of their own.
     own_groups = {
         group: positions
         for group, positions in sorted(members.items())
@@ -593,38 +687,46 @@ def tune_and_fit(
     }
     group_choices: dict[str, _Choice] = {}
     for group, positions in own_groups.items():
-        candidates = list(pooled)
-        for config in grid:
-            own = _scores_by_position(runs, positions, config, inner_folds, seed)
-            candidates.append((config, True, own))
-            if on_step is not None:
-                on_step(f"{group}: {config.label()}")
-        choice, report[group] = _best(runs, positions, candidates)
-        group_choices[group] = choice
+        step(f"{group}: ensemble on its runs only")
+        shared = _Choice.judge(runs, positions, pooled.scores, rules)
+        own = _Choice.judge(
+            runs,
+            positions,
+            _scores_by_position(runs, positions, configs, inner_folds, seed),
+            rules,
+            own_group=True,
+        )
+        gains = [
+            o - p
+            for o, p in zip(own.utilities[own.rule], shared.utilities[shared.rule], strict=True)
+        ]
+        group_choices[group] = own if beats_by_one_standard_error(gains) else shared
+        report[group] = {**shared.report(), **own.report()}
 
     def chosen_for(run: RunMatrix) -> _Choice:
-        return group_choices.get(run.group or "", best)
+        return group_choices.get(run.group or "", pooled)
 
-    scorer = fit_scorer(runs, best.config, seed)
-    temperature = choose_temperature(runs, [best.scores[i] for i in everyone])
+    step("fitting the ensemble on every record")
+    scorer = fit_ensemble(runs, configs, seed)
+    temperature = choose_temperature(runs, [pooled.scores[i] for i in everyone])
     groups: dict[str, StepModel] = {}
     temperatures: dict[str, float] = {}
     for group, choice in group_choices.items():
         positions = members[group]
         group_runs = [runs[i] for i in positions]
         temperatures[group] = choose_temperature(group_runs, [choice.scores[i] for i in positions])
-        if not choice.own_group and choice.config == best.config and choice.rule == best.rule:
-            if temperatures[group] == temperature:
-                continue
-            group_scorer: Scorer = scorer
+        if choice.own_group:
+            group_scorer = fit_ensemble(group_runs, configs, seed)
+        elif choice.rule == pooled.rule and temperatures[group] == temperature:
+            continue
         else:
-            group_scorer = fit_scorer(group_runs if choice.own_group else runs, choice.config, seed)
+            group_scorer = scorer
         groups[group] = StepModel(
             features=feature_names(),
             scorer=group_scorer,
             agent_rule=choice.rule,
             temperature=temperatures[group],
-            training={"config": asdict(choice.config), "choice": choice.label()},
+            training={"choice": choice.label()},
         )
     conformal = calibrate(
         CalibrationExample(
@@ -640,8 +742,9 @@ def tune_and_fit(
     )
     audit_model = None
     if auditor:
+        step("auditor: prefix-only ensemble")
         prefix_runs = cache.matrices(records, use_ground_truth=use_ground_truth, prefix_only=True)
-        prefix_scores = out_of_fold_scores(prefix_runs, best.config, inner_folds, seed)
+        prefix_scores = out_of_fold_scores(prefix_runs, configs, inner_folds, seed)
         threshold = choose_alarm_threshold(prefix_runs, prefix_scores)
         # Per framework (as the conformal sets): the first alarm's hit rate and the
         # share of runs that alarm differ widely between frameworks, so one pooled
@@ -654,16 +757,16 @@ def tune_and_fit(
         }
         audit_model = StepModel(
             features=feature_names(prefix_only=True),
-            scorer=fit_scorer(prefix_runs, best.config, seed),
+            scorer=fit_ensemble(prefix_runs, configs, seed),
             prefix_only=True,
             alarm_threshold=threshold,
             alarm_thresholds=thresholds,
-            training={"config": asdict(best.config)},
+            training={"configs": [asdict(config) for config in configs]},
         )
     return StepModel(
         features=feature_names(),
         scorer=scorer,
-        agent_rule=best.rule,
+        agent_rule=pooled.rule,
         temperature=temperature,
         conformal=conformal,
         auditor=audit_model,
@@ -673,7 +776,7 @@ def tune_and_fit(
             "seed": seed,
             "use_ground_truth": use_ground_truth,
             "inner_folds": inner_folds,
-            "config": asdict(best.config),
+            "configs": [asdict(config) for config in configs],
             "group_choices": {group: c.label() for group, c in group_choices.items()},
             "inner_cv_utility": report,
         },
@@ -751,13 +854,13 @@ def train_command(
     if len(records) < 6:
         raise click.ClickException(f"{dataset!r} under {root} has too few records to train on")
     stderr = Console(stderr=True)
-    with stderr.status(f"tuning on {len(records)} records of {dataset}") as status:
+    with stderr.status(f"training on {len(records)} records of {dataset}") as status:
         model = tune_and_fit(
             records,
             cache=FeatureCache(),
             seed=seed,
             use_ground_truth=with_ground_truth,
-            on_step=lambda label: status.update(f"tuning on {dataset}: tried {label}"),
+            on_step=lambda label: status.update(f"training on {dataset}: {label}"),
         )
     model = replace(
         model,
@@ -769,13 +872,13 @@ def train_command(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
-    chosen = model.training.get("config", {})
+    chosen = model.training.get("configs", [])
     click.echo(
         json.dumps(
             {
                 "out": str(out),
                 "records": len(records),
-                "config": chosen,
+                "configs": chosen,
                 "agent_rule": model.agent_rule,
             }
         )

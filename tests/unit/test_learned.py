@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.attributors.base import AttributeOptions, available_attributors, get_attributor
-from faultfinder.attributors.features import FEATURE_LABELS, feature_names
+from faultfinder.attributors.features import FEATURE_LABELS, feature_names, step_features
 from faultfinder.attributors.learned import (
     AgentRule,
     LearnedAttributor,
     LinearScorer,
+    MeanScorer,
     ModelFormatError,
+    RegressionTree,
     StepModel,
+    TreeEnsembleScorer,
     answerable_agents,
     blameable,
     blameable_agents,
@@ -45,6 +49,7 @@ from faultfinder.benchmarks.train import (
     ModelConfig,
     RunMatrix,
     batch_scores,
+    beats_by_one_standard_error,
     choose_temperature,
     fit_scorer,
     stratified_folds,
@@ -170,6 +175,15 @@ async def test_valid_attributions_on_real_runs_including_the_longest(
         interval = result.prediction_set
         assert interval is not None and interval.alpha == 0.1
         assert 0 <= interval.lo <= interval.hi < len(trajectory)
+
+
+def test_the_packaged_model_names_the_agent_answering_for_the_blamed_step(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
+    attributor = LearnedAttributor(default_model())
+    for record in who_and_when[::3]:
+        result = attributor.attribute_now(record.trajectory, OPTIONS)
+        assert result.agent == answerable_agents(record.trajectory.steps)[result.step]
 
 
 async def test_without_ground_truth_the_answer_cannot_matter(
@@ -368,6 +382,51 @@ def test_model_json_round_trip_scores_identically(tmp_path: Path) -> None:
     assert loaded.auditor is not None and loaded.auditor.alarm_threshold is not None
 
 
+def test_a_group_that_shares_the_pooled_scorer_stores_it_once(tmp_path: Path) -> None:
+    model = default_model()
+    sharp = StepModel(features=model.features, scorer=model.scorer, temperature=0.25)
+    shared = replace(model, groups={"ag2": sharp})
+    shared.save(tmp_path / "shared.json")
+    text = (tmp_path / "shared.json").read_text(encoding="utf-8")
+    assert "scorer" not in json.loads(text)["groups"]["ag2"]
+    own = replace(model, groups={"ag2": replace(sharp, scorer=model.scorer.members[0])})
+    own.save(tmp_path / "own.json")
+    assert (
+        "scorer" in json.loads((tmp_path / "own.json").read_text(encoding="utf-8"))["groups"]["ag2"]
+    )
+    loaded = StepModel.load(tmp_path / "shared.json")
+    record = synthetic_records(1)[0]
+    trajectory = record.trajectory.model_copy(update={"metadata": {"framework": "ag2"}})
+    assert loaded.for_group("ag2").scorer == model.scorer
+    assert loaded.for_group("ag2").temperature == 0.25
+    assert loaded.score(trajectory) == shared.score(trajectory)
+
+
+def test_compiled_trees_give_exactly_the_node_walk_values(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
+    scorer = default_model().scorer
+    assert isinstance(scorer, MeanScorer)
+    ensembles = [m for m in scorer.members if isinstance(m, TreeEnsembleScorer)]
+    assert ensembles
+    for record in who_and_when[::9]:
+        for row in step_features(record.trajectory):
+            for ensemble in ensembles:
+                walked = ensemble.base + sum(tree.score(row) for tree in ensemble.trees)
+                assert ensemble.score(row) == walked
+    # A constant that is not a finite number cannot be written as a literal: walked instead.
+    leaf = -1
+    tree = RegressionTree(
+        feature=(0, leaf, leaf),
+        threshold=(0.5, 0.0, 0.0),
+        left=(1, leaf, leaf),
+        right=(2, leaf, leaf),
+        value=(0.0, -math.inf, 1.0),
+    )
+    odd = TreeEnsembleScorer((tree,), base=0.5)
+    assert odd.score([0.0]) == -math.inf and odd.score([1.0]) == 1.5
+
+
 def test_bad_model_files_name_the_file_and_the_field(tmp_path: Path) -> None:
     path = tmp_path / "broken.json"
     path.write_text("{not json", encoding="utf-8")
@@ -375,9 +434,24 @@ def test_bad_model_files_name_the_file_and_the_field(tmp_path: Path) -> None:
         StepModel.load(path)
 
     data = default_model().to_dict()
-    data["scorer"]["trees"][0]["feature"][0] = 10_000
+    trees = next(i for i, m in enumerate(data["scorer"]["members"]) if m["type"] == "trees")
+    data["scorer"]["members"][trees]["trees"][0]["feature"][0] = 10_000
     path.write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(ModelFormatError, match=r"broken\.json.*scorer\.trees\[0\]"):
+    with pytest.raises(
+        ModelFormatError, match=rf"broken\.json.*scorer\.members\[{trees}\]\.trees\[0\]"
+    ):
+        StepModel.load(path)
+
+    data = default_model().to_dict()
+    data["scorer"]["members"][0]["weights"][0] = "heavy"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ModelFormatError, match=r"scorer\.members\[0\].*linear"):
+        StepModel.load(path)
+
+    data = default_model().to_dict()
+    data["scorer"] = {"type": "mean", "members": []}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ModelFormatError, match=r"scorer\.members.*non-empty"):
         StepModel.load(path)
 
     data = default_model().to_dict()
@@ -412,6 +486,42 @@ def test_exported_scorer_matches_training_and_learns_the_pattern(config: ModelCo
         hits += int(np.argmax(pure)) == run.gold_step
     # The culprit is the code before the failing terminal output: learnable.
     assert hits / len(test) >= 0.8
+
+
+def test_trees_are_fitted_to_the_step_likelihood_not_just_to_an_order() -> None:
+    # Trained under the conditional-logit likelihood, tree scores are log-potentials: on
+    # runs where the culprit is plain to see, its softmax probability is high, as for the
+    # linear model, so the two can be averaged on one scale.
+    records = synthetic_records(80)
+    cache = FeatureCache()
+    train = cache.matrices(records[:60], use_ground_truth=True, prefix_only=False)
+    test = cache.matrices(records[60:], use_ground_truth=True, prefix_only=False)
+    for config in (ModelConfig(kind="trees", n_trees=60), ModelConfig(kind="linear", l2=1.0)):
+        scorer = fit_scorer(train, config, seed=0)
+        gold = [softmax(list(batch_scores(scorer, run.rows)))[run.gold_step] for run in test]
+        assert sum(gold) / len(gold) >= 0.6, config.label()
+
+
+def test_training_averages_every_config_instead_of_picking_one() -> None:
+    records = synthetic_records(40)
+    cache = FeatureCache()
+    grid = (ModelConfig(kind="linear", l2=1.0), ModelConfig(kind="trees", n_trees=20))
+    model = tune_and_fit(records, cache=cache, grid=grid, inner_folds=3, seed=0)
+    assert isinstance(model.scorer, MeanScorer) and len(model.scorer.members) == 2
+    assert model.auditor is not None and isinstance(model.auditor.scorer, MeanScorer)
+    assert model.agent_rule == AgentRule.TOP_STEP
+    runs = cache.matrices(records, use_ground_truth=True, prefix_only=False)
+    alone = [fit_scorer(runs, config, seed=0) for config in grid]
+    for row in runs[0].rows.tolist():
+        assert model.scorer.score(row) == pytest.approx(sum(m.score(row) for m in alone) / 2)
+    assert [m["kind"] for m in model.training["configs"]] == ["linear", "trees"]
+
+
+def test_a_framework_model_must_beat_the_pooled_one_by_more_than_the_noise() -> None:
+    assert beats_by_one_standard_error([0.5] * 10 + [0.0] * 10)
+    assert not beats_by_one_standard_error([0.5, -0.5] * 10 + [0.5])
+    assert not beats_by_one_standard_error([0.0] * 20)
+    assert not beats_by_one_standard_error([1.0])
 
 
 def test_stratified_folds_are_disjoint_cover_everything_and_balance_subsets() -> None:
