@@ -1,7 +1,10 @@
 """Per-step features of a trajectory for the learned step scorer and the online auditor.
 
 Pure and fast (one pass, regexes and token sets): `step_features` turns a trajectory
-into one numeric row per step, in the order of `FEATURES` (or `PREFIX_FEATURES`).
+into one numeric row per step, in the order of `FEATURES` (or `PREFIX_FEATURES`): what
+the step shows itself (`STEP_FEATURES`), then, for each of those, its highest value at
+the steps before it and at the steps after it (`CONTEXT_FEATURES`), which let a model
+compare a step with the rest of its run.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from faultfinder.attributors.heuristics import error_signals, is_acting_step
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 
 __all__ = [
+    "CONTEXT_FEATURES",
     "FEATURES",
     "FEATURE_LABELS",
     "PREFIX_FEATURES",
+    "STEP_FEATURES",
     "Feature",
     "PrefixScanner",
     "extract_final_answer",
@@ -37,7 +42,7 @@ class Feature:
     ground truth), so that the online auditor may use it while the run streams in."""
 
 
-FEATURES: tuple[Feature, ...] = (
+STEP_FEATURES: tuple[Feature, ...] = (
     Feature("position", "0-based index of the step.", True),
     Feature("log_position", "log(1 + index).", True),
     Feature("relative_position", "index / (n - 1); 0 for a one-step run.", False),
@@ -190,6 +195,32 @@ FEATURES: tuple[Feature, ...] = (
     Feature("agent_acting_turns", "log(1 + acting steps of the step's agent in the run).", False),
 )
 
+"""What each step shows by itself and about its place in the run."""
+
+_BEFORE = "_max_before"
+_AFTER = "_max_after"
+
+CONTEXT_FEATURES: tuple[Feature, ...] = tuple(
+    Feature(
+        f"{f.name}{_BEFORE}",
+        f"Highest `{f.name}` among the steps before this one (0 at the first step).",
+        f.prefix_safe,
+    )
+    for f in STEP_FEATURES
+) + tuple(
+    Feature(
+        f"{f.name}{_AFTER}",
+        f"Highest `{f.name}` among the steps after this one (0 at the last step).",
+        False,
+    )
+    for f in STEP_FEATURES
+)
+"""Each step feature's highest value before and after the step. A linear scorer sees
+only one step's row at a time; these columns let it weigh, say, an error signal here
+against a stronger one earlier in the run."""
+
+FEATURES: tuple[Feature, ...] = STEP_FEATURES + CONTEXT_FEATURES
+
 PREFIX_FEATURES: tuple[Feature, ...] = tuple(f for f in FEATURES if f.prefix_safe)
 
 FEATURE_LABELS: dict[str, tuple[str, str]] = {
@@ -248,9 +279,17 @@ FEATURE_LABELS: dict[str, tuple[str, str]] = {
     "agent_error_share": ("its agent's share of the errors", "share"),
     "agent_acting_turns": ("its agent's decisions in the run", "log1p"),
 }
+for _name, (_phrase, _shown) in list(FEATURE_LABELS.items()):
+    for _suffix, _where in ((_BEFORE, "an earlier step"), (_AFTER, "a later step")):
+        FEATURE_LABELS[f"{_name}{_suffix}"] = (
+            f"at {_where}: {_phrase}" if _shown == "flag" else f"{_phrase}, highest at {_where}",
+            _shown,
+        )
 """Each feature as a reader sees it: a short phrase and how its value is shown (`flag`:
 yes/no; `int`; `log1p`: a count stored as log(1 + n); `share`: a percentage;
-`strength`: an error-signal strength 0–1; `ratio`: a ratio stored as its log)."""
+`strength`: an error-signal strength 0–1; `ratio`: a ratio stored as its log). A context
+column reads as its step feature's phrase at an earlier or a later step ("at an earlier
+step: …", whose negation is "at no earlier step: …")."""
 
 
 def feature_names(prefix_only: bool = False) -> tuple[str, ...]:
@@ -563,6 +602,9 @@ class PrefixScanner:
         self._directors: set[str] = set()
         self._gt_seen = False
         self._contradiction_seen = False
+        # Prefix rows with their context columns, built as they are asked for.
+        self._prefix_rows: list[list[float]] = []
+        self._highest_so_far: list[float] = [0.0] * len(_PREFIX_STEP_NAMES)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -670,13 +712,18 @@ class PrefixScanner:
         return row
 
     def prefix_row(self, index: int) -> list[float]:
-        """Step `index`'s prefix-safe features in the order of `PREFIX_FEATURES`."""
-        row = self.rows[index]
-        return [row[name] for name in _PREFIX_NAMES]
+        """Step `index`'s prefix-safe features in the order of `PREFIX_FEATURES`: its own,
+        then their highest values at the steps before it."""
+        while len(self._prefix_rows) <= index:
+            first = not self._prefix_rows
+            own = [self.rows[len(self._prefix_rows)][name] for name in _PREFIX_STEP_NAMES]
+            self._prefix_rows.append(own + self._highest_so_far)
+            self._highest_so_far = own if first else list(map(max, self._highest_so_far, own))
+        return list(self._prefix_rows[index])
 
 
-_PREFIX_NAMES = feature_names(prefix_only=True)
-_ALL_NAMES = feature_names()
+_STEP_NAMES = tuple(f.name for f in STEP_FEATURES)
+_PREFIX_STEP_NAMES = tuple(f.name for f in STEP_FEATURES if f.prefix_safe)
 
 
 # --- the matrix ---------------------------------------------------------------------
@@ -700,7 +747,27 @@ def step_features(
         return [scanner.prefix_row(i) for i in range(len(scanner))]
     rows = [dict(row) for row in scanner.rows]
     _add_whole_run_features(trajectory, scanner.facts, rows, use_ground_truth)
-    return [[row[name] for name in _ALL_NAMES] for row in rows]
+    own = [[row[name] for name in _STEP_NAMES] for row in rows]
+    return _with_context(own)
+
+
+def _with_context(own: list[list[float]]) -> list[list[float]]:
+    """Each row followed by the highest value of each column at the earlier rows, then at
+    the later rows (0 where there is none), as `CONTEXT_FEATURES` lists them."""
+    if not own:
+        return []
+    width = len(own[0])
+    before: list[list[float]] = []
+    highest = [0.0] * width
+    for i, row in enumerate(own):
+        before.append(highest)
+        highest = list(map(max, highest, row)) if i else list(row)
+    after: list[list[float]] = [[]] * len(own)
+    highest = [0.0] * width
+    for i in range(len(own) - 1, -1, -1):
+        after[i] = highest
+        highest = list(map(max, highest, own[i])) if i < len(own) - 1 else list(own[i])
+    return [row + b + a for row, b, a in zip(own, before, after, strict=True)]
 
 
 def _add_whole_run_features(

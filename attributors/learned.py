@@ -74,7 +74,13 @@ def _shown(value: float, shown: str) -> str:
 
 def _evidence_text(phrase: str, shown: str, value: float, typical: float) -> str:
     if shown == "flag":
-        return phrase if value >= 0.5 else f"not {phrase}"
+        if value >= 0.5:
+            return phrase
+        for some, none in (("at an earlier step:", "at no earlier step:"),
+                           ("at a later step:", "at no later step:")):  # fmt: skip
+            if phrase.startswith(some):
+                return none + phrase[len(some) :]
+        return f"not {phrase}"
     return f"{phrase}: {_shown(value, shown)} (typical step: {_shown(typical, shown)})"
 
 

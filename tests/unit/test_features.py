@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from faultfinder.attributors import features
 from faultfinder.attributors.features import (
+    CONTEXT_FEATURES,
     FEATURES,
     PREFIX_FEATURES,
+    STEP_FEATURES,
     extract_final_answer,
     feature_names,
     step_features,
@@ -76,6 +78,28 @@ def test_one_row_per_step_in_feature_order() -> None:
     assert all(len(row) == len(FEATURES) for row in rows)
     prefix_rows = step_features(CRASHING_CODER, prefix_only=True)
     assert all(len(row) == len(PREFIX_FEATURES) for row in prefix_rows)
+
+
+def test_context_columns_hold_the_highest_value_before_and_after_each_step(
+    who_and_when: list[BenchmarkRecord],
+) -> None:
+    names = feature_names()
+    assert names == tuple(f.name for f in (*STEP_FEATURES, *CONTEXT_FEATURES))
+    assert len(CONTEXT_FEATURES) == 2 * len(STEP_FEATURES)
+    for trajectory in [CRASHING_CODER] + [r.trajectory for r in who_and_when[::31]]:
+        rows = table(trajectory)
+        for i, row in enumerate(rows):
+            for feature in STEP_FEATURES:
+                name = feature.name
+                earlier = [r[name] for r in rows[:i]]
+                later = [r[name] for r in rows[i + 1 :]]
+                assert row[f"{name}_max_before"] == (max(earlier) if earlier else 0.0)
+                assert row[f"{name}_max_after"] == (max(later) if later else 0.0)
+    # The auditor's columns: the prefix-safe ones and their highest value so far.
+    prefix = table(CRASHING_CODER, prefix_only=True)
+    assert prefix[3]["error_in_step_max_before"] == 0.0 < prefix[3]["error_in_step"]
+    assert prefix[4]["error_in_step_max_before"] == prefix[3]["error_in_step"]
+    assert "error_after_max_before" not in prefix[0]
 
 
 def test_position_features() -> None:
@@ -269,13 +293,16 @@ DIGESTS = Path(__file__).parent / "data" / "who_and_when_feature_digests.json"
 
 
 def feature_digest(trajectory: Trajectory) -> str:
+    """Of the step features only: the context columns are derived from them (and checked
+    against their definition below)."""
     digest = hashlib.sha256()
     for use_ground_truth in (True, False):
         for prefix_only in (False, True):
             rows = step_features(
                 trajectory, use_ground_truth=use_ground_truth, prefix_only=prefix_only
             )
-            digest.update(repr(rows).encode())  # repr: every float bit counts
+            own = sum(f.prefix_safe or not prefix_only for f in STEP_FEATURES)
+            digest.update(repr([row[:own] for row in rows]).encode())  # every float bit counts
     return digest.hexdigest()[:16]
 
 
