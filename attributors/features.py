@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from faultfinder.attributors.heuristics import error_signals, is_acting_step
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
@@ -756,18 +757,11 @@ def _with_context(own: list[list[float]]) -> list[list[float]]:
     the later rows (0 where there is none), as `CONTEXT_FEATURES` lists them."""
     if not own:
         return []
-    width = len(own[0])
-    before: list[list[float]] = []
-    highest = [0.0] * width
-    for i, row in enumerate(own):
-        before.append(highest)
-        highest = list(map(max, highest, row)) if i else list(row)
-    after: list[list[float]] = [[]] * len(own)
-    highest = [0.0] * width
-    for i in range(len(own) - 1, -1, -1):
-        after[i] = highest
-        highest = list(map(max, highest, own[i])) if i < len(own) - 1 else list(own[i])
-    return [row + b + a for row, b, a in zip(own, before, after, strict=True)]
+    columns = list(zip(*own, strict=True))
+    # Running maxima per column (accumulate runs the loop in C), shifted by one row.
+    before = zip(*((0.0, *accumulate(column[:-1], max)) for column in columns), strict=True)
+    after = zip(*((0.0, *accumulate(column[:0:-1], max))[::-1] for column in columns), strict=True)
+    return [[*row, *b, *a] for row, b, a in zip(own, before, after, strict=True)]
 
 
 def _add_whole_run_features(

@@ -18,7 +18,7 @@ import math
 import operator
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from importlib import resources
@@ -112,7 +112,8 @@ class LinearScorer:
         coefficients, offset = self._folded
         if len(row) != len(coefficients):
             raise ValueError(f"expected {len(coefficients)} features, got {len(row)}")
-        return offset + math.fsum(map(operator.mul, coefficients, row))
+        products: Iterable[float] = map(operator.mul, coefficients, row)
+        return offset + sum(products)
 
     @cached_property
     def _folded(self) -> tuple[tuple[float, ...], float]:
@@ -315,8 +316,8 @@ class StepModel:
         own = list(rows[index])
         base = self.scorer.score(own)
         drops: list[tuple[float, int, float]] = []
-        for column in range(len(own)):
-            typical = statistics.median(row[column] for row in kept or rows)
+        for column, values in enumerate(zip(*(kept or rows), strict=True)):
+            typical = statistics.median(values)
             if own[column] == typical:
                 continue
             changed = own.copy()
