@@ -19,6 +19,7 @@ from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 
 __all__ = [
     "CONTEXT_FEATURES",
+    "CONTEXT_FLAG_NEGATIONS",
     "FEATURES",
     "FEATURE_LABELS",
     "PREFIX_FEATURES",
@@ -279,17 +280,27 @@ FEATURE_LABELS: dict[str, tuple[str, str]] = {
     "agent_error_share": ("its agent's share of the errors", "share"),
     "agent_acting_turns": ("its agent's decisions in the run", "log1p"),
 }
-for _name, (_phrase, _shown) in list(FEATURE_LABELS.items()):
-    for _suffix, _where in ((_BEFORE, "an earlier step"), (_AFTER, "a later step")):
-        FEATURE_LABELS[f"{_name}{_suffix}"] = (
-            f"at {_where}: {_phrase}" if _shown == "flag" else f"{_phrase}, highest at {_where}",
-            _shown,
-        )
 """Each feature as a reader sees it: a short phrase and how its value is shown (`flag`:
 yes/no; `int`; `log1p`: a count stored as log(1 + n); `share`: a percentage;
 `strength`: an error-signal strength 0–1; `ratio`: a ratio stored as its log). A context
-column reads as its step feature's phrase at an earlier or a later step ("at an earlier
-step: …", whose negation is "at no earlier step: …")."""
+column reads as its step feature's phrase at an earlier or a later step: a flag's as
+"at an earlier step: …" (see `CONTEXT_FLAG_NEGATIONS`), another's as "…, highest at an
+earlier step"."""
+
+CONTEXT_FLAG_NEGATIONS: dict[str, str] = {
+    "at an earlier step: ": "at no earlier step: ",
+    "at a later step: ": "at no later step: ",
+}
+"""The opening of a context flag's phrase, and what it becomes when the flag is not set."""
+
+for _name, (_phrase, _shown) in list(FEATURE_LABELS.items()):
+    for _suffix, _opening in zip((_BEFORE, _AFTER), CONTEXT_FLAG_NEGATIONS, strict=True):
+        FEATURE_LABELS[f"{_name}{_suffix}"] = (
+            f"{_opening}{_phrase}"
+            if _shown == "flag"
+            else f"{_phrase}, highest {_opening.rstrip(': ')}",
+            _shown,
+        )
 
 
 def feature_names(prefix_only: bool = False) -> tuple[str, ...]:

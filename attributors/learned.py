@@ -27,7 +27,12 @@ from typing import Any
 
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.conformal import ConformalCalibration
-from faultfinder.attributors.features import FEATURE_LABELS, feature_names, step_features
+from faultfinder.attributors.features import (
+    CONTEXT_FLAG_NEGATIONS,
+    FEATURE_LABELS,
+    feature_names,
+    step_features,
+)
 from faultfinder.attributors.heuristics import own_doing
 from faultfinder.attributors.model import Attribution, Candidate, Step, StepKind, Trajectory
 
@@ -76,10 +81,9 @@ def _evidence_text(phrase: str, shown: str, value: float, typical: float) -> str
     if shown == "flag":
         if value >= 0.5:
             return phrase
-        for some, none in (("at an earlier step:", "at no earlier step:"),
-                           ("at a later step:", "at no later step:")):  # fmt: skip
-            if phrase.startswith(some):
-                return none + phrase[len(some) :]
+        for opening, negated in CONTEXT_FLAG_NEGATIONS.items():
+            if phrase.startswith(opening):
+                return f"{negated}{phrase[len(opening) :]}"
         return f"not {phrase}"
     return f"{phrase}: {_shown(value, shown)} (typical step: {_shown(typical, shown)})"
 
@@ -382,7 +386,7 @@ class StepModel:
         }
         for name, sub in self.groups.items():
             sub_data = sub.to_dict()
-            if sub.scorer is self.scorer or sub.scorer == self.scorer:
+            if sub.scorer == self.scorer:
                 del sub_data["scorer"]
             data["groups"][name] = sub_data
         return data
@@ -459,26 +463,25 @@ class StepModel:
         Path(path).write_text(text + "\n", encoding="utf-8")
 
 
-def _scorer_from_dict(data: Any, width: int, fail: Any, name: str = "scorer") -> Scorer:
-    if not isinstance(data, Mapping):
-        raise fail(name, "must be an object")
-    kind = data.get("type")
-    if kind == "mean" and name == "scorer":
+def _scorer_from_dict(data: Any, width: int, fail: Any) -> Scorer:
+    if isinstance(data, Mapping) and data.get("type") == "mean":
         members = data.get("members")
         if not isinstance(members, list) or not members:
             raise fail("scorer.members", "must be a non-empty list of scorers")
-        parsed_members: list[MemberScorer] = []
-        for position, member in enumerate(members):
-            parsed = _scorer_from_dict(member, width, fail, f"scorer.members[{position}]")
-            assert not isinstance(parsed, MeanScorer)
-            parsed_members.append(parsed)
-        return MeanScorer(tuple(parsed_members))
-    return _member_from_dict(data, kind, width, fail, name)
+        return MeanScorer(
+            tuple(
+                _member_from_dict(member, width, fail, f"scorer.members[{position}]")
+                for position, member in enumerate(members)
+            )
+        )
+    return _member_from_dict(data, width, fail, "scorer")
 
 
-def _member_from_dict(
-    data: Mapping[str, Any], kind: Any, width: int, fail: Any, name: str
-) -> MemberScorer:
+def _member_from_dict(data: Any, width: int, fail: Any, name: str) -> MemberScorer:
+    """A linear or tree scorer; `name` is where it sits in the file, for the error."""
+    if not isinstance(data, Mapping):
+        raise fail(name, "must be an object")
+    kind = data.get("type")
     if kind == "linear":
         try:
             mean = tuple(float(v) for v in data["mean"])

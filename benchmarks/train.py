@@ -409,9 +409,9 @@ def fit_ensemble(
     runs: Sequence[RunMatrix], configs: Sequence[ModelConfig], seed: int = 0
 ) -> Scorer:
     """One scorer per config, averaged (`MeanScorer`); a single config is returned bare."""
-    members = tuple(fit_scorer(runs, config, seed) for config in configs)
-    if not members:
+    if not configs:
         raise ValueError("no configs to fit")
+    members = tuple(fit_scorer(runs, config, seed) for config in configs)
     return members[0] if len(members) == 1 else MeanScorer(members)
 
 
@@ -588,11 +588,6 @@ class _Choice:
         utilities = {rule: run_utilities(judged, subset, rule) for rule in rules}
         rule = max(rules, key=lambda r: (sum(utilities[r]), -rules.index(r)))
         return cls(rule, scores, utilities, own_group)
-
-    @property
-    def utility(self) -> float:
-        values = self.utilities[self.rule]
-        return sum(values) / len(values)
 
     @property
     def where(self) -> str:
