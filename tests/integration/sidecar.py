@@ -57,7 +57,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def running_worker(
     database_url: str, tmp_path: Path, **env: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A `faultfinder worker` process; stopped with SIGTERM at exit (if still alive)."""
+    """A `faultfinder worker` process, yielded once it has said it is running its job slots
+    (so a test's jobs do not all go to whichever worker happened to start first); stopped
+    with SIGTERM at exit (if still alive)."""
     log_path = tmp_path / f"worker-{len(list(tmp_path.glob('worker-*.log')))}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
@@ -67,6 +69,13 @@ def running_worker(
             stderr=subprocess.STDOUT,
         )
     try:
+        deadline = time.monotonic() + 60
+        while "job slot(s)" not in (log := log_path.read_text(errors="replace")):
+            if process.poll() is not None:
+                raise RuntimeError(f"worker exited with {process.returncode}:\n{log}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker not running after 60 s:\n{log}")
+            time.sleep(0.05)
         yield process
     finally:
         _stop(process)

@@ -204,7 +204,7 @@ def test_two_workers_on_postgresql_never_run_a_job_twice(
         "FAULTFINDER_ATTRIBUTORS": "counting",
         "FAULTFINDER_PLUGINS": "tests.plugins.counting",
         "FAULTFINDER_TEST_EXECUTIONS": str(executions),
-        "FAULTFINDER_TEST_SLEEP": "0.02",
+        "FAULTFINDER_TEST_SLEEP": "0.05",
     }
     runs = [agent_run(failed=True, marker=str(i)) for i in range(80)]
     with running_sidecar(
