@@ -8,7 +8,7 @@ from typing import Annotated
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
 from faultfinder.server.api.runs import UNIX_SECONDS_MAX, known_attributor
 from faultfinder.server.api.schemas import AlarmOut, AttributeIn, JobOut, Stats
@@ -26,7 +26,7 @@ class AttributeController(Controller):
         summary="Attribute a posted trajectory: 200 with the attribution, or 202 with a job",
     )
     async def attribute(
-        self, request: Request[None, None, State], data: AttributeIn
+        self, request: Request[None, None, State], data: JSONBody[AttributeIn]
     ) -> Response[JobOut]:
         known_attributor(data.attributor)
         jobs: JobQueue = request.app.state.jobs
@@ -58,7 +58,7 @@ class AttributeController(Controller):
         return Response(job_out(job), status_code=202)
 
     @get("/api/jobs/{job_id:int}", operation_id="getJob", summary="An attribution job")
-    async def job(self, request: Request[None, None, State], job_id: int) -> JobOut:
+    async def job(self, request: Request[None, None, State], job_id: FromPath[int]) -> JobOut:
         jobs: JobQueue = request.app.state.jobs
         # Job ids are positive 32-bit integers in the database; any other number names no
         # job (and must not reach the query, where PostgreSQL would refuse it).
@@ -86,7 +86,7 @@ class AttributeController(Controller):
         window: Annotated[
             float, Parameter(gt=0, le=UNIX_SECONDS_MAX, description="Seconds back from now")
         ] = 7 * 86400,
-        bucket: int = 3600,
+        bucket: FromQuery[int] = 3600,
     ) -> Stats:
         service: RunService = request.app.state.runs
         return await service.stats(window_s=window, bucket_s=max(60, bucket))

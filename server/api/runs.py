@@ -7,7 +7,7 @@ from typing import Annotated
 from litestar import Controller, Request, get, post
 from litestar.datastructures import State
 from litestar.exceptions import ValidationException
-from litestar.params import Parameter
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
 from faultfinder.attributors.base import available_attributors
 from faultfinder.server.api.schemas import (
@@ -58,7 +58,7 @@ class RunController(Controller):
         status: Annotated[
             str | None, Parameter(description=f"One of {', '.join(RUN_STATUSES)}")
         ] = None,
-        project: str | None = None,
+        project: FromQuery[str | None] = None,
         agent: Annotated[
             str | None, Parameter(description="Only runs blamed on this agent")
         ] = None,
@@ -79,7 +79,7 @@ class RunController(Controller):
             ),
         ] = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
-        cursor: str | None = None,
+        cursor: FromQuery[str | None] = None,
     ) -> RunPage:
         if status is not None and status not in RUN_STATUSES:
             raise ValidationException(f"status must be one of {', '.join(RUN_STATUSES)}")
@@ -101,7 +101,9 @@ class RunController(Controller):
         operation_id="getRun",
         summary="One run with its trajectory and attributions",
     )
-    async def get_run(self, request: Request[None, None, State], run_id: str) -> RunDetail:
+    async def get_run(
+        self, request: Request[None, None, State], run_id: FromPath[str]
+    ) -> RunDetail:
         return await _service(request).get_run(as_stored(run_id))
 
     @post(
@@ -111,7 +113,7 @@ class RunController(Controller):
         status_code=200,
     )
     async def post_outcome(
-        self, request: Request[None, None, State], run_id: str, data: OutcomeIn
+        self, request: Request[None, None, State], run_id: FromPath[str], data: JSONBody[OutcomeIn]
     ) -> RunSummary:
         return await _service(request).post_outcome(
             as_stored(run_id),
@@ -128,13 +130,18 @@ class RunController(Controller):
         status_code=202,
     )
     async def reattribute(
-        self, request: Request[None, None, State], run_id: str, data: AttributeRunIn
+        self,
+        request: Request[None, None, State],
+        run_id: FromPath[str],
+        data: JSONBody[AttributeRunIn],
     ) -> JobOut:
         known_attributor(data.attributor)
         return await _service(request).reattribute(as_stored(run_id), data.attributor)
 
     @get("/{run_id:str}/jobs", operation_id="listRunJobs", summary="The run's attribution jobs")
-    async def jobs(self, request: Request[None, None, State], run_id: str) -> list[JobOut]:
+    async def jobs(
+        self, request: Request[None, None, State], run_id: FromPath[str]
+    ) -> list[JobOut]:
         return await _service(request).jobs(as_stored(run_id))
 
     @post(
@@ -144,7 +151,7 @@ class RunController(Controller):
         status_code=201,
     )
     async def add_label(
-        self, request: Request[None, None, State], run_id: str, data: LabelIn
+        self, request: Request[None, None, State], run_id: FromPath[str], data: JSONBody[LabelIn]
     ) -> LabelOut:
         try:
             return await _service(request).add_label(
@@ -158,5 +165,7 @@ class RunController(Controller):
             raise ValidationException(str(exc)) from None
 
     @get("/{run_id:str}/labels", operation_id="listRunLabels", summary="The run's human labels")
-    async def labels(self, request: Request[None, None, State], run_id: str) -> list[LabelOut]:
+    async def labels(
+        self, request: Request[None, None, State], run_id: FromPath[str]
+    ) -> list[LabelOut]:
         return await _service(request).labels(as_stored(run_id))

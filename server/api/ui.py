@@ -27,9 +27,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Controller, Request, Response, get, post
-from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.datastructures import Cookie, State
 from litestar.exceptions import NotAuthorizedException
+from litestar.params import FromPath, FromQuery
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 from litestar.router import Router
@@ -561,12 +562,12 @@ class DashboardController(Controller):
     async def runs_page(
         self,
         request: Request[Any, Any, State],
-        status: str | None = None,
-        project: str | None = None,
-        agent: str | None = None,
-        q: str | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
+        status: FromQuery[str | None] = None,
+        project: FromQuery[str | None] = None,
+        agent: FromQuery[str | None] = None,
+        q: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        limit: FromQuery[int] = 50,
     ) -> Template:
         service: RunService = request.app.state.runs
         settings: Settings = request.app.state.settings
@@ -619,7 +620,7 @@ class DashboardController(Controller):
         )
 
     @get("/ui/runs/{run_id:str}")
-    async def run_page(self, request: Request[Any, Any, State], run_id: str) -> Template:
+    async def run_page(self, request: Request[Any, Any, State], run_id: FromPath[str]) -> Template:
         service: RunService = request.app.state.runs
         settings: Settings = request.app.state.settings
         try:
@@ -665,7 +666,7 @@ class DashboardController(Controller):
 
     @get("/ui/overview")
     async def overview_page(
-        self, request: Request[Any, Any, State], window: str = "24h"
+        self, request: Request[Any, Any, State], window: FromQuery[str] = "24h"
     ) -> Template:
         service: RunService = request.app.state.runs
         store: SpanStore = request.app.state.store
