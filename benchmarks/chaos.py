@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -41,6 +41,7 @@ from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb, 
 from faultfinder.benchmarks.otlp_traces import AgentTraceFactory
 from faultfinder.sdk import conventions as c
 from faultfinder.server.db.engine import create_engine
+from faultfinder.server.progress import Progress
 
 __all__ = [
     "ChaosRequest",

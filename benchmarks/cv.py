@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -59,6 +58,7 @@ from faultfinder.benchmarks.train import (
     require_training_packages,
     tune_and_fit,
 )
+from faultfinder.server.progress import Progress
 
 __all__ = [
     "CVSettings",

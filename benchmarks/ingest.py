@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -38,6 +37,7 @@ from faultfinder.benchmarks.otlp_traces import (
     traces_url,
 )
 from faultfinder.benchmarks.replay import parse_headers
+from faultfinder.server.progress import Progress
 
 STATS_INGEST_PATH = "/api/stats/ingest"
 """faultfinder's ingest statistics endpoint: JSON `{"spans_stored": int, ...}`."""

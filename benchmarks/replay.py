@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode, Tracer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import (
@@ -41,6 +41,7 @@ from faultfinder.benchmarks.otlp_traces import (
     traces_url,
 )
 from faultfinder.sdk import conventions as c
+from faultfinder.server.progress import Progress
 
 _log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -71,6 +70,7 @@ from faultfinder.benchmarks.subsets import (
     read_record_ids,
     select_records,
 )
+from faultfinder.server.progress import Progress
 
 __all__ = [
     "IDENTITY_FIELDS",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
@@ -27,6 +27,7 @@ from faultfinder.sdk import conventions as c
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
+from faultfinder.server.progress import Progress
 from faultfinder.server.store import SpanStore
 
 SPANS_PER_RUN = 20

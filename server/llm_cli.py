@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn
 
 from faultfinder.attributors.local_model import (
     LOCAL_MODELS,
@@ -20,6 +20,7 @@ from faultfinder.attributors.local_model import (
     runtime_missing,
     server_command,
 )
+from faultfinder.server.progress import Progress
 
 __all__ = ["llm_group"]
 

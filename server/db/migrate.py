@@ -21,11 +21,12 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection
 
 from faultfinder.server.db.engine import create_engine, database_url
+from faultfinder.server.progress import Progress
 
 log = logging.getLogger(__name__)
 
