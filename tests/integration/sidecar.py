@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ class Sidecar:
     log_path: Path
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return _read(self.log_path)
 
 
 def _environment(database_url: str, env: dict[str, str]) -> dict[str, str]:
@@ -53,6 +53,30 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+def _read(log_path: Path) -> str:
+    return log_path.read_text(errors="replace")
+
+
+def _answers_readyz(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _wait_until(
+    ready: Callable[[], bool], process: subprocess.Popen[bytes], log_path: Path, what: str
+) -> None:
+    """Poll `ready` until it holds; fail with the process's log if it exits or 60 s pass."""
+    deadline = time.monotonic() + 60
+    while not ready():
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}:\n{_read(log_path)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after 60 s:\n{_read(log_path)}")
+        time.sleep(0.05)
+
+
 @contextmanager
 def running_worker(
     database_url: str, tmp_path: Path, **env: str
@@ -69,13 +93,7 @@ def running_worker(
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 60
-        while "job slot(s)" not in (log := log_path.read_text(errors="replace")):
-            if process.poll() is not None:
-                raise RuntimeError(f"worker exited with {process.returncode}:\n{log}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"worker not running after 60 s:\n{log}")
-            time.sleep(0.05)
+        _wait_until(lambda: "job slot(s)" in _read(log_path), process, log_path, "worker")
         yield process
     finally:
         _stop(process)
@@ -96,18 +114,7 @@ def running_sidecar(database_url: str, tmp_path: Path, **env: str) -> Iterator[S
         )
     sidecar = Sidecar(f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", process, log_path)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"sidecar exited with {process.returncode}:\n{sidecar.log()}")
-            try:
-                if httpx.get(f"{sidecar.url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"sidecar not ready after 60 s:\n{sidecar.log()}")
-            time.sleep(0.1)
+        _wait_until(lambda: _answers_readyz(sidecar.url), process, log_path, "sidecar")
         yield sidecar
     finally:
         _stop(process)
