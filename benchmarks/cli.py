@@ -13,6 +13,7 @@ def bench() -> None:
 def _register() -> None:
     from faultfinder.benchmarks.chaos import chaos_command
     from faultfinder.benchmarks.ingest import ingest_command
+    from faultfinder.benchmarks.learning_curve import learning_curve_command
     from faultfinder.benchmarks.replay import replay_command
     from faultfinder.benchmarks.run import run_command
 
@@ -20,6 +21,7 @@ def _register() -> None:
     bench.add_command(replay_command)
     bench.add_command(ingest_command)
     bench.add_command(chaos_command)
+    bench.add_command(learning_curve_command)
 
 
 _register()
