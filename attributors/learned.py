@@ -681,6 +681,11 @@ class LearnedAttributor:
             llm_calls=0,
             latency_s=time.perf_counter() - started,
             details={
+                "model": {
+                    key: self.model.training[key]
+                    for key in ("dataset", "records", "trained_at")
+                    if key in self.model.training
+                },
                 "agent_rule": model.agent_rule,
                 "model_group": group if model is not self.model else None,
                 "agent_mass": {name: round(value, 6) for name, value in mass.items()},

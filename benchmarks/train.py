@@ -47,6 +47,13 @@ from faultfinder.benchmarks.datasets import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from faultfinder.server.labelled import LabelledRuns
+
+NO_DATASET = "none"
+"""`faultfinder train --dataset none --from-database URL`: the database's labelled runs alone."""
+
+MIN_TRAINING_RECORDS = 6
+
 TRAINING_EXTRA_HINT = "training needs numpy, scipy and lightgbm (pip install 'faultfinder[train]')"
 
 __all__ = [
@@ -827,41 +834,74 @@ def fit_model(
     type=click.Path(file_okay=False, path_type=Path),
     help=f"Root of the datasets (${DATASETS_DIR_ENV}; default ../shared/datasets).",
 )
+@click.option(
+    "--from-database",
+    "database_url",
+    metavar="URL",
+    help="Also train on the runs people labelled in this sidecar database (SQLAlchemy async"
+    " URL, e.g. sqlite+aiosqlite:///faultfinder.db); with --dataset none, on those alone.",
+)
 def train_command(
     dataset: str,
     out: Path,
     seed: int,
     with_ground_truth: bool,
     datasets_dir: Path | None,
+    database_url: str | None,
 ) -> None:
-    """Train the `learned` attributor's step model and write it as JSON."""
+    """Train the `learned` attributor's step model and write it as JSON.
+
+    Serve it with FAULTFINDER_LEARNED_MODEL=<file> (the learned attributor, the online
+    auditor and the LLM pre-filter then use it instead of the packaged model).
+    """
     require_training_packages()
-    if dataset.strip().lower() not in DATASET_SPECS:
+    spec = dataset.strip().lower()
+    if spec not in (*DATASET_SPECS, NO_DATASET):
         raise click.BadParameter(
-            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}",
+            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}, or {NO_DATASET}"
+            " with --from-database",
             param_hint="'--dataset'",
         )
-    root = resolve_datasets_dir(datasets_dir)
-    try:
-        records = list(load_dataset(dataset, root))
-    except DatasetError as exc:
-        raise click.ClickException(str(exc)) from None
-    if len(records) < 6:
-        raise click.ClickException(f"{dataset!r} under {root} has too few records to train on")
+    if spec == NO_DATASET and database_url is None:
+        raise click.BadParameter(
+            f"--dataset {NO_DATASET} leaves nothing to train on without --from-database",
+            param_hint="'--dataset'",
+        )
+    records: list[BenchmarkRecord] = []
+    sources: list[str] = []
+    if spec != NO_DATASET:
+        root = resolve_datasets_dir(datasets_dir)
+        try:
+            records.extend(load_dataset(dataset, root))
+        except DatasetError as exc:
+            raise click.ClickException(str(exc)) from None
+        sources.append(dataset)
+    skipped: list[str] = []
+    if database_url is not None:
+        labelled = _labelled_runs(database_url)
+        records.extend(labelled.records)
+        skipped = labelled.skipped
+        sources.append(f"database ({len(labelled.records)} labelled runs)")
+    source = " + ".join(sources)
+    if len(records) < MIN_TRAINING_RECORDS:
+        raise click.ClickException(
+            f"{source} has {len(records)} labelled records; training needs at least "
+            f"{MIN_TRAINING_RECORDS}"
+        )
     stderr = Console(stderr=True)
-    with stderr.status(f"training on {len(records)} records of {dataset}") as status:
+    with stderr.status(f"training on {len(records)} records of {source}") as status:
         model = tune_and_fit(
             records,
             cache=FeatureCache(),
             seed=seed,
             use_ground_truth=with_ground_truth,
-            on_step=lambda label: status.update(f"training on {dataset}: {label}"),
+            on_step=lambda label: status.update(f"training on {source}: {label}"),
         )
     model = replace(
         model,
         training={
             **model.training,
-            "dataset": dataset,
+            "dataset": source,
             "trained_at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
@@ -873,8 +913,37 @@ def train_command(
             {
                 "out": str(out),
                 "records": len(records),
+                "dataset": source,
+                "skipped": skipped,
                 "configs": chosen,
                 "agent_rule": model.agent_rule,
             }
         )
     )
+
+
+def _labelled_runs(database_url: str) -> LabelledRuns:
+    """The database's labelled runs, with progress on stderr; a clear error if unreadable."""
+    import anyio
+
+    from faultfinder.server.labelled import LabelledRunsError, labelled_records
+    from faultfinder.server.progress import Progress
+
+    if not database_url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        raise click.BadParameter(
+            "must start with sqlite+aiosqlite:// or postgresql+asyncpg://",
+            param_hint="'--from-database'",
+        )
+    with Progress(console=Console(stderr=True)) as progress:
+        task = progress.add_task("reading labelled runs", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        async def read() -> LabelledRuns:
+            return await labelled_records(database_url, on_run=advance)
+
+        try:
+            return anyio.run(read)
+        except LabelledRunsError as exc:
+            raise click.ClickException(str(exc)) from None

@@ -21,8 +21,9 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 
 from faultfinder import __version__
-from faultfinder.attributors.auditor import Alarm
+from faultfinder.attributors.auditor import Alarm, Auditor
 from faultfinder.attributors.base import available_attributors
+from faultfinder.attributors.learned import StepModel
 from faultfinder.attributors.model import Attribution
 from faultfinder.server import lifecycle
 from faultfinder.server.api.attribute import AttributeController
@@ -165,9 +166,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             ack_timeout=settings.ingest_ack_timeout,
         )
         metrics.attach(writer, queue_capacity=settings.ingest_queue_spans)
+        learned_model = await asyncio.to_thread(learned_model_for, settings)
         attribution = AttributionService(
             store,
-            attributor_config=attribution_config_for(settings),
+            attributor_config=attribution_config_for(settings, learned_model),
             timeout_s=settings.attribution_timeout,
         )
         webhooks = WebhookSender(settings.webhook_urls, secret=settings.webhook_secret)
@@ -226,6 +228,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                         OnlineAuditor(
                             store,
                             alarms,
+                            auditor=_auditor_for(learned_model),
                             interval=settings.audit_interval,
                             busy_share=settings.audit_busy_share,
                             on_alarm=raise_alarm,
@@ -287,8 +290,29 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
 
 
-def attribution_config_for(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Constructor arguments for the attributors that talk to a model endpoint."""
+def learned_model_for(settings: Settings) -> StepModel | None:
+    """The model of `FAULTFINDER_LEARNED_MODEL`, or None for the packaged one."""
+    if settings.learned_model is None:
+        return None
+    return StepModel.load(settings.learned_model)
+
+
+def _auditor_for(learned_model: StepModel | None) -> Auditor | None:
+    """The online auditor of `FAULTFINDER_LEARNED_MODEL`; None (the packaged one) when
+    that model has no prefix-only auditor model (one fitted without `faultfinder train`)."""
+    if learned_model is None:
+        return None
+    if learned_model.auditor is None or learned_model.auditor.alarm_threshold is None:
+        log.warning("the learned model has no auditor model; early alarms use the packaged model's")
+        return None
+    return Auditor(learned_model)
+
+
+def attribution_config_for(
+    settings: Settings, learned_model: StepModel | None = None
+) -> dict[str, dict[str, Any]]:
+    """Constructor arguments for the attributors that talk to a model endpoint, and the
+    learned model (`FAULTFINDER_LEARNED_MODEL`) for `learned` and the LLM pre-filter."""
     from faultfinder.attributors.llm import ModelSettings
     from faultfinder.attributors.llm_methods import LLM_METHODS
 
@@ -300,7 +324,14 @@ def attribution_config_for(settings: Settings) -> dict[str, dict[str, Any]]:
         "concurrency": settings.llm_concurrency,
     }
     model = ModelSettings(**{name: value for name, value in given.items() if value is not None})
-    return {
+    if learned_model is None:
+        learned_model = learned_model_for(settings)
+    config: dict[str, dict[str, Any]] = {
         name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
         for name in LLM_METHODS
     }
+    if learned_model is not None:
+        for name in LLM_METHODS:
+            config[name]["prefilter_model"] = learned_model
+        config["learned"] = {"model": learned_model}
+    return config

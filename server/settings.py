@@ -171,6 +171,26 @@ class Settings(BaseSettings):
         "steps to the model as hints and shorten steps away from them (0 = off).",
     )
 
+    learned_model: Path | None = Field(
+        default=None,
+        description="A model file from `faultfinder train` for the learned attributor, the "
+        "online auditor and the LLM pre-filter (default: the packaged model, trained on "
+        "Who&When).",
+    )
+
+    @field_validator("learned_model")
+    @classmethod
+    def _readable_model(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        from faultfinder.attributors.learned import ModelFormatError, StepModel
+
+        try:
+            StepModel.load(value)
+        except ModelFormatError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
     @field_validator(
         "attributors", "plugins", "api_keys", "ingest_keys", "webhook_urls", mode="before"
     )

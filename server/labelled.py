@@ -1,0 +1,89 @@
+"""A sidecar database's human-labelled runs as training records for `faultfinder train`.
+
+Every run somebody labelled (`POST /api/runs/{id}/labels` or the dashboard's button)
+becomes one record: its trajectory assembled from its stored spans as the attributors
+saw it, with the newest label as the gold culprit. A label that no longer fits its run
+(a step past the run's end) is skipped and reported, never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel
+from faultfinder.server.attribution import without_gold
+from faultfinder.server.db.engine import create_engine
+from faultfinder.server.runs import run_trajectory
+from faultfinder.server.store import LabelStore, SpanStore
+
+__all__ = ["DATABASE_DATASET", "LabelledRuns", "LabelledRunsError", "labelled_records"]
+
+DATABASE_DATASET = "database"
+"""`BenchmarkRecord.dataset` of a labelled run read from a sidecar database."""
+
+LIVE_SUBSET = "live"
+"""The subset of a labelled run whose trace names no framework."""
+
+
+class LabelledRunsError(RuntimeError):
+    """The database cannot be read as a faultfinder database."""
+
+
+@dataclass
+class LabelledRuns:
+    records: list[BenchmarkRecord] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """One line per labelled run left out, saying why."""
+
+
+async def labelled_records(
+    database_url: str, *, on_run: Callable[[int, int], None] | None = None
+) -> LabelledRuns:
+    """The labelled runs of the sidecar database at `database_url` (read only).
+
+    `on_run(done, total)` is called after each labelled run.
+    """
+    engine = create_engine(database_url)
+    out = LabelledRuns()
+    try:
+        store = SpanStore(engine)
+        try:
+            labels = await LabelStore(engine).latest_by_run()
+        except SQLAlchemyError as exc:
+            raise LabelledRunsError(
+                f"cannot read labels from {database_url!r} (is it a faultfinder database,"
+                f" migrated with `faultfinder db upgrade`?): {exc.__class__.__name__}: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
+        for done, (run_id, label) in enumerate(sorted(labels.items()), start=1):
+            row = await store.get_run(run_id)
+            if row is None:  # pragma: no cover - labels cascade with their run
+                out.skipped.append(f"{run_id}: the run is gone")
+                continue
+            trajectory = without_gold(await run_trajectory(store, row))
+            if not 0 <= label.step < len(trajectory):
+                out.skipped.append(
+                    f"{run_id}: labelled step {label.step} is outside its "
+                    f"{len(trajectory)} stored steps"
+                )
+            else:
+                framework = trajectory.metadata.get("framework")
+                subset = framework if isinstance(framework, str) and framework else LIVE_SUBSET
+                gold = GoldLabel(agent=label.agent, step=label.step, reason=label.reason or "")
+                out.records.append(
+                    BenchmarkRecord(
+                        dataset=DATABASE_DATASET,
+                        subset=subset,
+                        record_id=f"{DATABASE_DATASET}/{run_id}",
+                        trajectory=trajectory,
+                        gold=gold,
+                    )
+                )
+            if on_run is not None:
+                on_run(done, len(labels))
+    finally:
+        await engine.dispose()
+    return out
