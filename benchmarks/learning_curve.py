@@ -31,20 +31,15 @@ from rich.table import Table
 from faultfinder.attributors.learned import AgentRule, softmax
 from faultfinder.attributors.model import normalise_agent
 from faultfinder.attributors.scoring import OVERALL, spread
-from faultfinder.benchmarks.datasets import (
-    DATASET_SPECS,
-    DATASETS_DIR_ENV,
-    BenchmarkRecord,
-    DatasetError,
-    load_dataset,
-    resolve_datasets_dir,
-)
+from faultfinder.benchmarks.datasets import DATASETS_DIR_ENV, BenchmarkRecord
 from faultfinder.benchmarks.train import (
     DEFAULT_GRID,
+    FROM_DATABASE_HELP,
     FeatureCache,
     RunMatrix,
     batch_scores,
     fit_ensemble,
+    labelled_training_records,
     predicted_agent,
     require_training_packages,
     stratified_folds,
@@ -237,7 +232,10 @@ def _table(summary: dict[str, Any]) -> Table:
 
 
 @click.command(name="learning-curve")
-@click.option("--dataset", default="who_and_when", show_default=True, help="Labelled records.")
+@click.option(
+    "--dataset", default="who_and_when", show_default=True,
+    help="Labelled records (none: only those of --from-database).",
+)  # fmt: skip
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True)
 @click.option(
     "--cv-seeds", type=click.IntRange(min=1), default=3, show_default=True,
@@ -266,6 +264,7 @@ def _table(summary: dict[str, Any]) -> Table:
     type=click.Path(file_okay=False, path_type=Path),
     help=f"Root of the datasets (${DATASETS_DIR_ENV}; default ../shared/datasets).",
 )
+@click.option("--from-database", "database_url", metavar="URL", help=FROM_DATABASE_HELP)
 def learning_curve_command(
     dataset: str,
     folds: int,
@@ -278,22 +277,16 @@ def learning_curve_command(
     as_json: bool,
     no_progress: bool,
     datasets_dir: Path | None,
+    database_url: str | None,
 ) -> None:
-    """Held-out accuracy of the learned attributor against the number of labelled runs."""
-    if dataset.strip().lower() not in DATASET_SPECS:
-        raise click.BadParameter(
-            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}",
-            param_hint="'--dataset'",
-        )
+    """Held-out accuracy of the learned attributor against the number of labelled runs
+    (Who&When's, or with --from-database a sidecar's own labelled runs as well)."""
     try:
         parsed = parse_shares(shares)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--shares'") from None
     require_training_packages()
-    try:
-        records = list(load_dataset(dataset, resolve_datasets_dir(datasets_dir)))
-    except DatasetError as exc:
-        raise click.ClickException(str(exc)) from None
+    records, source, _ = labelled_training_records(dataset, datasets_dir, database_url)
     if len(records) < folds:
         raise click.BadParameter(
             f"{folds} folds need at least {folds} records, got {len(records)}",
@@ -319,7 +312,7 @@ def learning_curve_command(
         task = progress.add_task("learned: learning curve fits", total=fits)
         summary = learning_curve(records, settings, on_fit=lambda: progress.advance(task))
     out.mkdir(parents=True, exist_ok=True)
-    summary["dataset"] = dataset
+    summary["dataset"] = source
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if as_json:
         click.echo(json.dumps(summary, indent=2))

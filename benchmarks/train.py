@@ -54,6 +54,11 @@ NO_DATASET = "none"
 
 MIN_TRAINING_RECORDS = 6
 
+FROM_DATABASE_HELP = (
+    "Also the runs people labelled in this sidecar database (SQLAlchemy async URL, e.g."
+    " sqlite+aiosqlite:///faultfinder.db); with --dataset none, those alone."
+)
+
 TRAINING_EXTRA_HINT = "training needs numpy, scipy and lightgbm (pip install 'faultfinder[train]')"
 
 __all__ = [
@@ -838,8 +843,7 @@ def fit_model(
     "--from-database",
     "database_url",
     metavar="URL",
-    help="Also train on the runs people labelled in this sidecar database (SQLAlchemy async"
-    " URL, e.g. sqlite+aiosqlite:///faultfinder.db); with --dataset none, on those alone.",
+    help=FROM_DATABASE_HELP,
 )
 def train_command(
     dataset: str,
@@ -855,34 +859,7 @@ def train_command(
     auditor and the LLM pre-filter then use it instead of the packaged model).
     """
     require_training_packages()
-    spec = dataset.strip().lower()
-    if spec not in (*DATASET_SPECS, NO_DATASET):
-        raise click.BadParameter(
-            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}, or {NO_DATASET}"
-            " with --from-database",
-            param_hint="'--dataset'",
-        )
-    if spec == NO_DATASET and database_url is None:
-        raise click.BadParameter(
-            f"--dataset {NO_DATASET} leaves nothing to train on without --from-database",
-            param_hint="'--dataset'",
-        )
-    records: list[BenchmarkRecord] = []
-    sources: list[str] = []
-    if spec != NO_DATASET:
-        root = resolve_datasets_dir(datasets_dir)
-        try:
-            records.extend(load_dataset(dataset, root))
-        except DatasetError as exc:
-            raise click.ClickException(str(exc)) from None
-        sources.append(dataset)
-    skipped: list[str] = []
-    if database_url is not None:
-        labelled = _labelled_runs(database_url)
-        records.extend(labelled.records)
-        skipped = labelled.skipped
-        sources.append(f"database ({len(labelled.records)} labelled runs)")
-    source = " + ".join(sources)
+    records, source, skipped = labelled_training_records(dataset, datasets_dir, database_url)
     if len(records) < MIN_TRAINING_RECORDS:
         raise click.ClickException(
             f"{source} has {len(records)} labelled records; training needs at least "
@@ -920,6 +897,41 @@ def train_command(
             }
         )
     )
+
+
+def labelled_training_records(
+    dataset: str, datasets_dir: Path | None, database_url: str | None
+) -> tuple[list[BenchmarkRecord], str, list[str]]:
+    """The records of `--dataset` (or none) plus the labelled runs of `--from-database`:
+    (records, a description of where they came from, the database labels skipped)."""
+    spec = dataset.strip().lower()
+    if spec not in (*DATASET_SPECS, NO_DATASET):
+        raise click.BadParameter(
+            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}, or {NO_DATASET}"
+            " with --from-database",
+            param_hint="'--dataset'",
+        )
+    if spec == NO_DATASET and database_url is None:
+        raise click.BadParameter(
+            f"--dataset {NO_DATASET} leaves no records without --from-database",
+            param_hint="'--dataset'",
+        )
+    records: list[BenchmarkRecord] = []
+    sources: list[str] = []
+    if spec != NO_DATASET:
+        root = resolve_datasets_dir(datasets_dir)
+        try:
+            records.extend(load_dataset(dataset, root))
+        except DatasetError as exc:
+            raise click.ClickException(str(exc)) from None
+        sources.append(dataset)
+    skipped: list[str] = []
+    if database_url is not None:
+        labelled = _labelled_runs(database_url)
+        records.extend(labelled.records)
+        skipped = labelled.skipped
+        sources.append(f"database ({len(labelled.records)} labelled runs)")
+    return records, " + ".join(sources), skipped
 
 
 def _labelled_runs(database_url: str) -> LabelledRuns:

@@ -143,6 +143,19 @@ def test_a_model_trained_on_the_sidecars_labels_blames_as_the_labels_did(
     model = StepModel.load(model_path)
     assert model.training["records"] == TRAINING_RUNS and model.auditor is not None
 
+    # Before serving it: how well does a model trained on these labels do on labelled
+    # runs it did not see? (held-out folds of the database's runs alone)
+    curve = subprocess.run(
+        [str(FAULTFINDER), "bench", "learning-curve", "--dataset", "none", "--from-database",
+         url, "--folds", "3", "--cv-seeds", "1", "--shares", "1", "--json", "--no-progress",
+         "--out", str(tmp_path / "curve")],
+        capture_output=True, text=True, timeout=600, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert curve.returncode == 0, curve.stderr
+    (point,) = json.loads(curve.stdout)["shares"]
+    assert point["train_runs"] == pytest.approx(TRAINING_RUNS * 2 / 3, abs=1)
+    assert point["held_out"]["live"]["step"]["mean"] >= 0.8
+
     serving = tmp_path / "serving"
     serving.mkdir()
     with running_sidecar(
