@@ -165,6 +165,10 @@ def test_the_dashboard_shows_live_runs_culprits_labels_and_stays_inert(
         card = page.locator("article.attribution.primary")
         expect(card).to_contain_text(attribution["method"])
         expect(card.locator(".reason")).to_have_text(attribution["reason"] or "—")
+        if attribution["method"] == "learned":  # which model answered: the packaged one
+            expect(card.locator(".trained-on")).to_contain_text(
+                "Model trained on who_and_when (184 labelled runs, 2026-"
+            )
 
         # Label the culprit through the form; the label shows up on the page and the
         # open overview counts it against the attributor.
