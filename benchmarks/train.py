@@ -946,6 +946,14 @@ def _labelled_runs(database_url: str) -> LabelledRuns:
             "must start with sqlite+aiosqlite:// or postgresql+asyncpg://",
             param_hint="'--from-database'",
         )
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file():
+        # Connecting would create an empty file: reading must not write.
+        raise click.BadParameter(
+            f"no SQLite database file at {url.database!r}", param_hint="'--from-database'"
+        )
     with Progress(console=Console(stderr=True)) as progress:
         task = progress.add_task("reading labelled runs", total=None)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -196,11 +197,13 @@ def test_a_model_file_that_cannot_be_read_stops_start_up_naming_the_setting(
     [
         (["--dataset", "none"], "--dataset"),
         (["--dataset", "none", "--from-database", "mysql://x"], "--from-database"),
+        (["--from-database", "sqlite+aiosqlite:///{tmp}/absent.db"], "--from-database"),
     ],
 )
 def test_train_refuses_what_it_cannot_train_on(
     arguments: list[str], named: str, tmp_path: Path
 ) -> None:
+    arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in arguments]
     result = subprocess.run(
         [str(FAULTFINDER), "train", *arguments, "--out", str(tmp_path / "m.json")],
         capture_output=True, text=True, timeout=60, check=False,
@@ -208,10 +211,12 @@ def test_train_refuses_what_it_cannot_train_on(
     assert result.returncode == 2
     assert named in result.stderr
     assert not (tmp_path / "m.json").exists()
+    assert not (tmp_path / "absent.db").exists()  # reading a database never creates one
 
 
 def test_train_on_a_database_that_is_not_faultfinders_says_so(tmp_path: Path) -> None:
     empty = tmp_path / "other.db"
+    sqlite3.connect(empty).execute("create table notes (text)").connection.close()
     result = subprocess.run(
         [str(FAULTFINDER), "train", "--dataset", "none", "--from-database",
          f"sqlite+aiosqlite:///{empty}", "--out", str(tmp_path / "m.json")],
