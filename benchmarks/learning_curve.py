@@ -28,8 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from faultfinder.attributors.learned import AgentRule, softmax
-from faultfinder.attributors.model import normalise_agent
+from faultfinder.attributors.learned import AgentRule
 from faultfinder.attributors.scoring import OVERALL, spread
 from faultfinder.benchmarks.datasets import DATASETS_DIR_ENV, BenchmarkRecord
 from faultfinder.benchmarks.train import (
@@ -40,8 +39,8 @@ from faultfinder.benchmarks.train import (
     batch_scores,
     fit_ensemble,
     labelled_training_records,
-    predicted_agent,
     require_training_packages,
+    run_correct,
     stratified_folds,
 )
 from faultfinder.server.progress import Progress
@@ -59,6 +58,9 @@ class CurveSettings:
     draws: int = 3
     """Random task samples per share below 1 (the full training folds need one)."""
     use_ground_truth: bool = True
+
+    def draws_for(self, share: float) -> int:
+        return 1 if share >= 1.0 else self.draws
 
 
 def parse_shares(text: str) -> tuple[float, ...]:
@@ -86,17 +88,11 @@ def _sample(train: Sequence[RunMatrix], share: float, rng: random.Random) -> lis
     return [run for run in train if run.task in keep]
 
 
-def _judge(runs: Sequence[RunMatrix], scorer: Any) -> dict[str, list[tuple[float, float]]]:
+def _judge(runs: Sequence[RunMatrix], scorer: Any) -> dict[str, list[tuple[bool, bool]]]:
     """Per subset, (step right, agent right) of each run under `scorer`."""
-    out: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, list[tuple[bool, bool]]] = {}
     for run in runs:
-        p = softmax([float(v) for v in batch_scores(scorer, run.rows)], 1.0, run.blameable)
-        top = max(range(len(p)), key=lambda i: (p[i], -i))
-        agent = predicted_agent(run, p, AgentRule.TOP_STEP)
-        right = (
-            float(top == run.gold_step),
-            float(normalise_agent(agent) == normalise_agent(run.gold_agent)),
-        )
+        right = run_correct(run, list(batch_scores(scorer, run.rows)), AgentRule.TOP_STEP)
         out.setdefault(run.subset, []).append(right)
         out.setdefault(OVERALL, []).append(right)
     return out
@@ -142,7 +138,7 @@ def learning_curve(
             [run.subset for run in runs], settings.folds, seed, [run.task for run in runs]
         )
         for share in settings.shares:
-            draws = 1 if share >= 1.0 else settings.draws
+            draws = settings.draws_for(share)
             tally: dict[str, dict[str, list[float]]] = {}
             tally_fit: dict[str, dict[str, list[float]]] = {}
             for fold_number, fold in enumerate(folds):
@@ -299,7 +295,7 @@ def learning_curve_command(
         draws=draws,
         use_ground_truth=with_ground_truth,
     )
-    fits = len(settings.seeds) * folds * sum(1 if s >= 1.0 else draws for s in parsed)
+    fits = len(settings.seeds) * folds * sum(settings.draws_for(s) for s in parsed)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

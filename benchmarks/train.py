@@ -78,6 +78,7 @@ __all__ = [
     "out_of_fold_scores",
     "record_folds",
     "require_training_packages",
+    "run_correct",
     "run_utilities",
     "stratified_folds",
     "task_key",
@@ -491,20 +492,19 @@ def predicted_agent(run: RunMatrix, probabilities: Sequence[float], rule: str) -
     return run.agents[top]
 
 
+def run_correct(run: RunMatrix, scores: Sequence[float], rule: str) -> tuple[bool, bool]:
+    """Whether the scores' top blameable step, and the agent `rule` names, are the gold ones."""
+    p = softmax(scores, mask=run.blameable)
+    top = max(range(len(p)), key=lambda i: (p[i], -i))
+    agent = predicted_agent(run, p, rule)
+    return top == run.gold_step, normalise_agent(agent) == normalise_agent(run.gold_agent)
+
+
 def run_utilities(
     runs: Sequence[RunMatrix], scores: Sequence[Sequence[float]], rule: str
 ) -> list[float]:
     """Per run, the mean of step and agent correctness (0, ½ or 1): what training compares."""
-    utilities: list[float] = []
-    for run, s in zip(runs, scores, strict=True):
-        p = softmax(s, mask=run.blameable)
-        top = max(range(len(p)), key=lambda i: (p[i], -i))
-        agent = predicted_agent(run, p, rule)
-        utilities.append(
-            0.5 * (top == run.gold_step)
-            + 0.5 * (normalise_agent(agent) == normalise_agent(run.gold_agent))
-        )
-    return utilities
+    return [0.5 * sum(run_correct(run, s, rule)) for run, s in zip(runs, scores, strict=True)]
 
 
 TEMPERATURES: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -938,17 +938,15 @@ def _labelled_runs(database_url: str) -> LabelledRuns:
     """The database's labelled runs, with progress on stderr; a clear error if unreadable."""
     import anyio
 
+    from faultfinder.server.db.engine import DatabaseURLError
+    from faultfinder.server.db.engine import database_url as database_url_of
     from faultfinder.server.labelled import LabelledRunsError, labelled_records
     from faultfinder.server.progress import Progress
 
-    if not database_url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
-        raise click.BadParameter(
-            "must start with sqlite+aiosqlite:// or postgresql+asyncpg://",
-            param_hint="'--from-database'",
-        )
-    from sqlalchemy.engine import make_url
-
-    url = make_url(database_url)
+    try:
+        url = database_url_of(database_url)
+    except DatabaseURLError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--from-database'") from None
     if url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file():
         # Connecting would create an empty file: reading must not write.
         raise click.BadParameter(

@@ -309,10 +309,11 @@ def _auditor_for(learned_model: StepModel | None) -> Auditor | None:
 
 
 def attribution_config_for(
-    settings: Settings, learned_model: StepModel | None = None
+    settings: Settings, learned_model: StepModel | None
 ) -> dict[str, dict[str, Any]]:
     """Constructor arguments for the attributors that talk to a model endpoint, and the
-    learned model (`FAULTFINDER_LEARNED_MODEL`) for `learned` and the LLM pre-filter."""
+    learned model (`learned_model_for(settings)`; None: the packaged one) for `learned` and
+    the LLM pre-filter."""
     from faultfinder.attributors.llm import ModelSettings
     from faultfinder.attributors.llm_methods import LLM_METHODS
 
@@ -324,8 +325,6 @@ def attribution_config_for(
         "concurrency": settings.llm_concurrency,
     }
     model = ModelSettings(**{name: value for name, value in given.items() if value is not None})
-    if learned_model is None:
-        learned_model = learned_model_for(settings)
     config: dict[str, dict[str, Any]] = {
         name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
         for name in LLM_METHODS

@@ -7,7 +7,7 @@ import logging
 import signal
 
 from faultfinder.attributors.model import Attribution
-from faultfinder.server.app import attribution_config_for, load_plugins
+from faultfinder.server.app import attribution_config_for, learned_model_for, load_plugins
 from faultfinder.server.attribution import AttributionService, AttributionWorker
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
@@ -33,7 +33,7 @@ async def run_workers(settings: Settings) -> None:
     jobs = JobQueue(engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff)
     service = AttributionService(
         store,
-        attributor_config=attribution_config_for(settings),
+        attributor_config=attribution_config_for(settings, learned_model_for(settings)),
         timeout_s=settings.attribution_timeout,
     )
     try:

@@ -107,4 +107,7 @@ def test_bad_shares_are_refused_naming_the_option(text: str) -> None:
     result = CliRunner().invoke(main, ["bench", "learning-curve", "--shares", text])
     assert result.exit_code == 2
     assert "--shares" in result.output
+
+
+def test_shares_are_sorted_and_repeats_dropped() -> None:
     assert parse_shares("1,0.25,0.25") == (0.25, 1.0)

@@ -57,12 +57,15 @@ def test_the_llm_prefilter_setting_reaches_every_llm_attributor(
 
     monkeypatch.setenv("FAULTFINDER_LLM_PREFILTER_TOP_K", "3")
     monkeypatch.setenv("FAULTFINDER_LLM_BASE_URL", "http://127.0.0.1:9/v1")
-    config = attribution_config_for(load_settings())
+    config = attribution_config_for(load_settings(), None)
     assert "all_at_once" in config
     for name, arguments in config.items():
         attributor = get_attributor(name, **arguments)
         assert attributor.prefilter_top_k == 3, name  # type: ignore[attr-defined]
     monkeypatch.delenv("FAULTFINDER_LLM_PREFILTER_TOP_K")
     assert (
-        get_attributor("a2p", **attribution_config_for(load_settings())["a2p"]).prefilter_top_k == 0
+        get_attributor(
+            "a2p", **attribution_config_for(load_settings(), None)["a2p"]
+        ).prefilter_top_k
+        == 0
     )  # type: ignore[attr-defined]
