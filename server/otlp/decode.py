@@ -282,9 +282,11 @@ def decode_request(
 
 
 def _resource_project(resource_attributes: dict[str, AttributeValue]) -> str:
-    value = resource_attributes.get(c.PROJECT_NAME)
-    if isinstance(value, str) and value.strip():
-        return value.strip()
+    """faultfinder's own resource attribute, else OpenInference's (what Phoenix users set)."""
+    for key in (c.PROJECT_NAME, c.OI_PROJECT_NAME):
+        value = resource_attributes.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
     return DEFAULT_PROJECT
 
 

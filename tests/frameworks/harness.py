@@ -1,0 +1,209 @@
+"""What every conformance module shares: the sidecar, the OTLP pipeline into it, finding
+the one run an invocation made, and the checks of what the sidecar understood.
+
+A conformance module drives a real agent framework, traced by its own instrumentation
+package, through the standard OTLP/HTTP exporter into a real `faultfinder serve` (the main
+environment's; the framework environment holds no faultfinder code), with the agents'
+model served by `ScriptedOpenAI`. It reads the result the way a user does: over the HTTP
+API.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from tests.integration.sidecar import Sidecar, running_sidecar
+
+__all__ = [
+    "ATTRIBUTORS",
+    "Expected",
+    "Pipeline",
+    "check_attributions",
+    "check_understood",
+    "sidecar_for",
+]
+
+ATTRIBUTORS = ("learned", "first_error", "echo")
+"""The default attributors, and the test plugin that answers with the trajectory it got."""
+
+
+@contextmanager
+def sidecar_for(directory: Path) -> Iterator[Sidecar]:
+    """A sidecar on SQLite with a short quiet period, running the default attributors and
+    the `echo` probe."""
+    with running_sidecar(
+        f"sqlite+aiosqlite:///{directory / 'faultfinder.db'}",
+        directory,
+        FAULTFINDER_QUIET_PERIOD="1.0",
+        FAULTFINDER_SWEEP_INTERVAL="0.1",
+        FAULTFINDER_ATTRIBUTORS=",".join(ATTRIBUTORS),
+        FAULTFINDER_PLUGINS="tests.plugins.echo",
+    ) as sidecar:
+        yield sidecar
+
+
+@dataclass
+class Pipeline:
+    """A tracer provider exporting to the sidecar over OTLP/HTTP (protobuf), with the
+    project set the way Phoenix users set it (`openinference.project.name`)."""
+
+    sidecar: Sidecar
+    project: str
+    provider: TracerProvider = field(init=False)
+
+    def __post_init__(self) -> None:
+        resource = Resource.create(
+            {"service.name": f"{self.project}-agents", "openinference.project.name": self.project}
+        )
+        self.provider = TracerProvider(resource=resource)
+        exporter = OTLPSpanExporter(endpoint=f"{self.sidecar.url}/v1/traces", timeout=10)
+        self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+
+    def run_ids(self) -> set[str]:
+        return {run["id"] for run in self._runs()}
+
+    def _runs(self) -> list[dict[str, Any]]:
+        response = httpx.get(
+            f"{self.sidecar.url}/api/runs", params={"project": self.project, "limit": 200}
+        )
+        response.raise_for_status()
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+    def invoke(self, work: Callable[[], object]) -> tuple[object, BaseException | None]:
+        """Run `work` (one invocation of the agents) and flush its spans; returns its result
+        or the exception that escaped it."""
+        try:
+            return work(), None
+        except Exception as exc:
+            return None, exc
+        finally:
+            self.provider.force_flush()
+
+    def the_run(
+        self, before: set[str], *, statuses: Sequence[str], timeout: float = 60
+    ) -> dict[str, Any]:
+        """The one run made since `before` (asserting there is exactly one), once its status
+        is one of `statuses`; the run's detail (`GET /api/runs/{id}`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            new = [run for run in self._runs() if run["id"] not in before]
+            assert len(new) <= 1, f"one invocation made {len(new)} runs: {_brief(new)}"
+            if new and new[0]["status"] in statuses:
+                detail = self.detail(new[0]["id"])
+                if detail["status"] in statuses:
+                    return detail
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no run reached {statuses} within {timeout} s: {_brief(new)}\n"
+                    f"--- sidecar log ---\n{self.sidecar.log()[-4000:]}"
+                )
+            time.sleep(0.1)
+
+    def detail(self, run_id: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.sidecar.url}/api/runs/{run_id}")
+        response.raise_for_status()
+        detail: dict[str, Any] = response.json()
+        return detail
+
+    def post_outcome(self, run_id: str, **body: Any) -> dict[str, Any]:
+        response = httpx.post(f"{self.sidecar.url}/api/runs/{run_id}/outcome", json=body)
+        assert response.status_code in (200, 201), response.text
+        summary: dict[str, Any] = response.json()
+        return summary
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+def _brief(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str]]]:
+    return [(run["id"], run["status"], run["agents"]) for run in runs]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a user of the framework knows about the invocation they made."""
+
+    agents: Sequence[str]
+    """The agents by the names the framework gave them (order is not checked)."""
+    task: str
+    """The user's text."""
+    tools: Mapping[str, str] = field(default_factory=dict)
+    """Each tool the agents called → the agent that called it."""
+    tool_results: Mapping[str, str] = field(default_factory=dict)
+    """Each tool → the text of its result as the tool returned it."""
+    final_answer: str | None = None
+    """Text the run's final answer contains (None: not checked)."""
+
+
+def _show(trajectory: Mapping[str, Any]) -> str:
+    lines = [f"task={trajectory.get('task')!r} final={trajectory.get('final_answer')!r}"]
+    for step in trajectory["steps"]:
+        content = (step.get("content") or "").replace("\n", " ")[:110]
+        lines.append(
+            f"  {step['index']:>2} {step['agent']!r:<24} {step['kind']:<8} "
+            f"{step.get('status', '')!s:<6} {step.get('tool_name') or '':<14} {content}"
+        )
+    return "\n".join(lines)
+
+
+def check_understood(detail: Mapping[str, Any], expected: Expected, *, project: str) -> None:
+    """Assert that the sidecar saw the invocation as its user knows it."""
+    trajectory = detail["trajectory"]
+    shown = _show(trajectory)
+    steps = trajectory["steps"]
+    assert detail["project"] == project, shown
+    assert sorted(detail["agents"]) == sorted(expected.agents), (
+        f"agents {detail['agents']} (expected {sorted(expected.agents)})\n{shown}"
+    )
+    assert trajectory["task"] == expected.task, shown
+    assert all(step["content"].strip() for step in steps), f"a blank step\n{shown}"
+    for tool, caller in expected.tools.items():
+        assert tool not in detail["agents"], f"tool {tool!r} is listed as an agent\n{shown}"
+        calls = [s for s in steps if s["kind"] == "tool" and s.get("tool_name") == tool]
+        assert calls, f"no step of tool {tool!r}\n{shown}"
+        assert {s["agent"] for s in calls} == {caller}, f"{tool!r} is not {caller!r}'s\n{shown}"
+        # The request that called it reads `tool(args)`, before the tool's own step.
+        first = calls[0]["index"]
+        asked = [s for s in steps[:first] if f"{tool}(" in s["content"]]
+        assert asked, f"no step before {tool!r}'s reads {tool}(…)\n{shown}"
+    for tool, result in expected.tool_results.items():
+        calls = [s for s in steps if s["kind"] == "tool" and s.get("tool_name") == tool]
+        assert calls, f"no step of tool {tool!r}\n{shown}"
+        for text in (calls[0]["content"], calls[0].get("tool_result") or ""):
+            assert text.strip() == result, (
+                f"{tool!r}'s result reads {text!r}, not the tool's own {result!r}\n{shown}"
+            )
+    if expected.final_answer is not None:
+        final = trajectory.get("final_answer") or ""
+        assert expected.final_answer in final, f"final answer {final!r}\n{shown}"
+
+
+def check_attributions(detail: Mapping[str, Any], *, ground_truth: str | None) -> dict[str, Any]:
+    """Assert every configured attributor answered, and that the one echoing its input saw
+    `ground_truth`; the attributions by method."""
+    by_method = {a["method"]: a for a in detail["attributions"]}
+    assert set(by_method) == set(ATTRIBUTORS), sorted(by_method)
+    for method, attribution in by_method.items():
+        assert attribution["status"] == "ok", (method, attribution.get("failure_reason"))
+        assert attribution["agent"] in detail["agents"], (method, attribution["agent"])
+    echoed = by_method["echo"]["details"]
+    assert echoed["ground_truth"] == ground_truth, echoed
+    assert echoed["task"] == detail["trajectory"]["task"], echoed
+    return by_method
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
