@@ -92,20 +92,34 @@ class LifecycleSweeper:
                 transitions = await lifecycle.sweep(
                     self._store, now=time.time(), quiet_period_s=self._settings.quiet_period
                 )
-                for transition in transitions:
-                    log.info("run %s is now %s", transition.run_id, transition.status)
-                    self._events.publish(
-                        RUN_STATUS,
-                        {
-                            "run_id": transition.run_id,
-                            "previous": transition.previous.value,
-                            "status": transition.status.value,
-                        },
-                    )
-                await self._jobs.enqueue_for_failed_runs(self._settings.attributors)
+                await self._announce(transitions)
             except Exception:
                 log.exception("lifecycle sweep failed; trying again")
             await asyncio.sleep(self._settings.sweep_interval)
+
+    async def settle(self, run_id: str) -> None:
+        """Apply the lifecycle to one run now (an outcome was just posted for it), and give
+        it its jobs if it failed, instead of waiting for the next sweep."""
+        transitions = await lifecycle.sweep(
+            self._store,
+            now=time.time(),
+            quiet_period_s=self._settings.quiet_period,
+            only=run_id,
+        )
+        await self._announce(transitions)
+
+    async def _announce(self, transitions: list[lifecycle.RunTransition]) -> None:
+        for transition in transitions:
+            log.info("run %s is now %s", transition.run_id, transition.status)
+            self._events.publish(
+                RUN_STATUS,
+                {
+                    "run_id": transition.run_id,
+                    "previous": transition.previous.value,
+                    "status": transition.status.value,
+                },
+            )
+        await self._jobs.enqueue_for_failed_runs(self._settings.attributors)
 
 
 def load_plugins(settings: Settings) -> None:
@@ -200,13 +214,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             events.publish(RUN_CHANGED, {"run_id": alarm.run_id})
 
         switch_interval = sys.getswitchinterval()
+        sweeper = LifecycleSweeper(store, jobs, settings, events)
         app.state.update(
             alarms=alarms,
             store=store,
             jobs=jobs,
             writer=writer,
             attribution=attribution,
-            runs=RunService(store, jobs, LabelStore(engine), alarms),
+            runs=RunService(store, jobs, LabelStore(engine), alarms, settle=sweeper.settle),
         )
         try:
             async with AsyncExitStack() as daemons:
@@ -222,7 +237,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     )
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
-                await daemons.enter_async_context(LifecycleSweeper(store, jobs, settings, events))
+                await daemons.enter_async_context(sweeper)
                 if settings.audit:
                     await daemons.enter_async_context(
                         OnlineAuditor(

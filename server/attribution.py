@@ -24,9 +24,9 @@ from faultfinder.attributors.model import (
     Trajectory,
     validate_against,
 )
-from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.jobs import Job, JobQueue
 from faultfinder.server.store import SpanStore
+from faultfinder.server.trajectories import run_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,10 @@ class AttributionService:
         """The trajectory a job is about (assembled from the run's spans, or posted)."""
         if job.run_id is not None:
             spans = await self._store.run_spans(job.run_id)
-            return assemble_trajectory(job.run_id, spans) if spans else None
+            if not spans:
+                return None
+            # What was posted for the run (a grader's ground truth) reaches the attributor.
+            return run_trajectory(job.run_id, spans, await self._store.get_run(job.run_id))
         if job.payload and "trajectory" in job.payload:
             return Trajectory.model_validate(job.payload["trajectory"])
         return None

@@ -30,10 +30,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.attributors.auditor import Alarm, Auditor
-from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.db.models import AlarmTable, RunStatus
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import RunRow, SpanStore
+from faultfinder.server.trajectories import run_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class OnlineAuditor:
             self._limiter = anyio.CapacityLimiter(1)
         spans = await self._store.spans_of_runs([row.id for row in rows])
         found = await anyio.to_thread.run_sync(
-            self._score, [(row.id, spans.get(row.id, [])) for row in rows], limiter=self._limiter
+            self._score, [(row, spans.get(row.id, [])) for row in rows], limiter=self._limiter
         )
         # Marked seen only once scored: a pass that fails before this retries the runs.
         for row in rows:
@@ -217,12 +217,12 @@ class OnlineAuditor:
                 await self._on_alarm(alarm)
         return raised
 
-    def _score(self, runs: Sequence[tuple[str, Sequence[SpanRecord]]]) -> list[Alarm]:
+    def _score(self, runs: Sequence[tuple[RunRow, Sequence[SpanRecord]]]) -> list[Alarm]:
         """Assemble and score each run's prefix (worker thread; pure CPU)."""
         assert self._auditor is not None
         alarms = []
-        for run_id, spans in runs:
-            alarm = self._auditor.observe(assemble_trajectory(run_id, spans))
+        for row, spans in runs:
+            alarm = self._auditor.observe(run_trajectory(row.id, spans, row))
             if alarm is not None:
                 alarms.append(alarm)
         return alarms

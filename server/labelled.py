@@ -16,8 +16,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel
 from faultfinder.server.attribution import without_gold
 from faultfinder.server.db.engine import create_engine
-from faultfinder.server.runs import run_trajectory
 from faultfinder.server.store import LabelStore, SpanStore
+from faultfinder.server.trajectories import load_trajectory
 
 __all__ = ["DATABASE_DATASET", "LabelledRuns", "LabelledRunsError", "labelled_records"]
 
@@ -63,7 +63,7 @@ async def labelled_records(
             if row is None:  # pragma: no cover - labels cascade with their run
                 out.skipped.append(f"{run_id}: the run is gone")
                 continue
-            trajectory = without_gold(await run_trajectory(store, row))
+            trajectory = without_gold(await load_trajectory(store, row))
             if not 0 <= label.step < len(trajectory):
                 out.skipped.append(
                     f"{run_id}: labelled step {label.step} is outside its "

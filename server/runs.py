@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 
-from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
+from faultfinder.attributors.model import Attribution, normalise_agent
 from faultfinder.server.api.schemas import (
     AlarmOut,
     AttributorAccuracy,
@@ -18,31 +19,15 @@ from faultfinder.server.api.schemas import (
     RunSummary,
     Stats,
 )
-from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.audit import AlarmStore
 from faultfinder.server.db.models import RunStatus
 from faultfinder.server.jobs import Job, JobQueue
 from faultfinder.server.store import Label, LabelStore, RunRow, SpanStore, UnknownRunError
+from faultfinder.server.trajectories import load_trajectory
 
 
 def _seconds(nanos: int | None) -> float | None:
     return nanos / 1e9 if nanos else None
-
-
-async def run_trajectory(store: SpanStore, row: RunRow) -> Trajectory:
-    """A run's trajectory from its spans, with what was posted later (a grader's ground
-    truth and final answer) taking precedence over what the spans said."""
-    trajectory = assemble_trajectory(row.id, await store.run_spans(row.id))
-    updates = {
-        name: value
-        for name, value in (
-            ("ground_truth", row.ground_truth),
-            ("final_answer", row.final_answer),
-            ("task", row.task if not trajectory.task else None),
-        )
-        if value is not None
-    }
-    return trajectory.model_copy(update=updates) if updates else trajectory
 
 
 def job_out(job: Job, attribution: Attribution | None = None) -> JobOut:
@@ -81,11 +66,15 @@ class RunService:
         jobs: JobQueue,
         labels: LabelStore,
         alarms: AlarmStore | None = None,
+        *,
+        settle: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._jobs = jobs
         self._labels = labels
         self._alarms = alarms
+        self._settle = settle
+        """Applies the lifecycle to one run at once (the sweeper's), after a posted outcome."""
 
     async def _row(self, run_id: str) -> RunRow:
         row = await self._store.get_run(run_id)
@@ -96,7 +85,7 @@ class RunService:
     async def _summary(self, row: RunRow, attributions: list[Attribution]) -> RunSummary:
         agents, n_steps = row.agents, row.n_steps
         if agents is None or n_steps is None:
-            trajectory = assemble_trajectory(row.id, await self._store.run_spans(row.id))
+            trajectory = await load_trajectory(self._store, row)
             agents, n_steps = list(trajectory.agents), len(trajectory)
         return RunSummary(
             id=row.id,
@@ -137,7 +126,7 @@ class RunService:
 
     async def get_run(self, run_id: str) -> RunDetail:
         row = await self._row(run_id)
-        trajectory = await run_trajectory(self._store, row)
+        trajectory = await load_trajectory(self._store, row)
         summary = await self._summary(row, await self._store.list_attributions(row.id))
         alarm = (await self._alarms.for_runs([run_id])).get(run_id) if self._alarms else None
         return RunDetail(
@@ -168,6 +157,10 @@ class RunService:
         row = await self._store.set_outcome(
             run_id, outcome, reason=reason, ground_truth=ground_truth, final_answer=final_answer
         )
+        if self._settle is not None:
+            # A verdict finishes the run now: failed (with its jobs queued) or complete.
+            await self._settle(run_id)
+            row = await self._row(run_id)
         return await self._summary(row, await self._store.list_attributions(run_id))
 
     async def reattribute(self, run_id: str, attributor: str) -> JobOut:
@@ -182,7 +175,7 @@ class RunService:
         self, run_id: str, *, agent: str, step: int, reason: str | None, author: str | None
     ) -> LabelOut:
         row = await self._row(run_id)
-        trajectory = assemble_trajectory(row.id, await self._store.run_spans(row.id))
+        trajectory = await load_trajectory(self._store, row)
         if step >= len(trajectory):
             raise ValueError(f"step: {step} is outside 0..{len(trajectory) - 1}")
         known = {normalise_agent(a): a for a in (*trajectory.agents, *trajectory.roster)}

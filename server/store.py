@@ -92,6 +92,8 @@ class RunRow:
     """The root span has an end time."""
     root_error: bool
     """A span without a parent ended with status ERROR."""
+    work_error: bool
+    """The latest-ending span other than the root ended with status ERROR."""
     started_at: int
     ended_at: int
     last_span_received_at: int
@@ -127,6 +129,7 @@ class RunRow:
             root_span_id=values["root_span_id"],
             root_ended=bool(root_ended_at),
             root_error=bool(values["root_error"]),
+            work_error=bool(values["work_error"]),
             started_at=values["started_at"],
             ended_at=values["ended_at"],
             last_span_received_at=values["last_span_received_at"],
@@ -174,6 +177,8 @@ class _RunDelta:
     root_started_at: int | None = None
     root_ended_at: int | None = None
     root_error: bool = False
+    work_ended_at: int | None = None
+    work_error: bool = False
     outcome: str | None = None
     outcome_reason: str | None = None
     task: str | None = None
@@ -191,6 +196,12 @@ class _RunDelta:
                 self.root_ended_at = span.end_time_unix_nano
             if span.status_code == StatusCode.ERROR:
                 self.root_error = True
+        else:
+            ended, error = span.end_time_unix_nano, span.status_code == StatusCode.ERROR
+            if self.work_ended_at is None or ended > self.work_ended_at:
+                self.work_ended_at, self.work_error = ended, error
+            elif ended == self.work_ended_at:
+                self.work_error = self.work_error or error
         attrs = span.attributes
         reason = _text(attrs.get(c.RUN_OUTCOME_REASON))
         if outcome is not None and self.outcome != RunOutcome.FAILURE:
@@ -210,6 +221,8 @@ class _RunDelta:
             "root_started_at": self.root_started_at,
             "root_ended_at": self.root_ended_at,
             "root_error": self.root_error,
+            "work_ended_at": self.work_ended_at,
+            "work_error": self.work_error,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "last_span_received_at": now,
@@ -372,6 +385,19 @@ class SpanStore:
                     (new_root_is_earlier, new.root_ended_at), else_=run.root_ended_at
                 ),
                 "root_error": or_(run.root_error, new.root_error),
+                # The latest-ending work span decides; spans ending together, any error.
+                "work_ended_at": case(
+                    (run.work_ended_at.is_(None), new.work_ended_at),
+                    (new.work_ended_at.is_(None), run.work_ended_at),
+                    else_=greatest(run.work_ended_at, new.work_ended_at),
+                ),
+                "work_error": case(
+                    (new.work_ended_at.is_(None), run.work_error),
+                    (run.work_ended_at.is_(None), new.work_error),
+                    (new.work_ended_at > run.work_ended_at, new.work_error),
+                    (new.work_ended_at == run.work_ended_at, or_(run.work_error, new.work_error)),
+                    else_=run.work_error,
+                ),
                 "outcome": case((take_new_outcome, new.outcome), else_=run.outcome),
                 "outcome_reason": case(
                     (take_new_outcome, new.outcome_reason),
@@ -425,6 +451,8 @@ class SpanStore:
                 if key not in inserted:
                     continue
                 span_facts = facts[key]
+                if not span_facts.opens_run:
+                    continue
                 run_id = _clean(span_facts.run_id)
                 delta = deltas.get(run_id)
                 if delta is None:
@@ -435,9 +463,10 @@ class SpanStore:
                         ended_at=span.end_time_unix_nano,
                     )
                 delta.add(span, is_root=span_facts.is_root, outcome=_outcome(span_facts.outcome))
-            await conn.execute(
-                self._upsert_runs, [deltas[run_id].row(now) for run_id in sorted(deltas)]
-            )
+            if deltas:  # none when every new span only set an agent up
+                await conn.execute(
+                    self._upsert_runs, [deltas[run_id].row(now) for run_id in sorted(deltas)]
+                )
         return len(inserted)
 
     async def set_outcome(
@@ -657,7 +686,7 @@ class SpanStore:
     # -- lifecycle support ---------------------------------------------------------------
 
     async def settle_due(
-        self, *, quiet_since: int, now: int, limit: int = 1000
+        self, *, quiet_since: int, now: int, limit: int = 1000, only: str | None = None
     ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]]]:
         """Apply the lifecycle rules (`lifecycle.decide`) to one page of runs, in the
         database, in one short transaction.
@@ -672,15 +701,18 @@ class SpanStore:
         meanwhile keeps its run as the span left it, and two sweepers (replicas) never
         both move a run. No run is read into Python. Returns how many runs the larger of
         the two pages held (a full page means more may be waiting) and the transitions
-        (run id, from, to).
+        (run id, from, to). With `only`, the pages hold at most that run.
         """
         running = RunStatus.RUNNING.value
         complete = RunStatus.COMPLETE.value
         failed = RunStatus.FAILED.value
-        # `lifecycle.is_failure`: an explicit outcome wins over the root span's status.
+        # `lifecycle.is_failure`: an explicit outcome wins over the spans' statuses.
         failure = or_(
             RUNS.c.outcome == RunOutcome.FAILURE.value,
-            and_(RUNS.c.outcome.is_(None), RUNS.c.root_error == true()),
+            and_(
+                RUNS.c.outcome.is_(None),
+                or_(RUNS.c.root_error == true(), RUNS.c.work_error == true()),
+            ),
         )
         due = and_(
             RUNS.c.status == running,
@@ -700,6 +732,9 @@ class SpanStore:
         # stored through the status index; unordered, it reads only the changed ones
         # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
         changed_page = select(RUNS.c.id).where(changed).limit(limit)
+        if only is not None:
+            due_page = due_page.where(RUNS.c.id == only)
+            changed_page = changed_page.where(RUNS.c.id == only)
         # On SQLite one statement runs alone under the database's write lock, so the
         # page's rows still meet the conditions; repeating them outside the subquery
         # made SQLite scan every run of the status instead of finding the page's rows by

@@ -31,6 +31,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
@@ -121,6 +122,14 @@ class RunTable(SQLModel, table=True):
     """End time of the root span; 0 or null while it has not ended."""
     root_error: bool = Field(sa_column=Column(Boolean, nullable=False))
     """Some span without a parent ended with status ERROR."""
+    work_ended_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    """Latest end time of a span other than the root (Unix ns); null before one arrived."""
+    work_error: bool = Field(
+        default=False,
+        sa_column=Column(Boolean, nullable=False, server_default=false()),
+    )
+    """A span ending at `work_ended_at` has status ERROR: the run's last work failed (an
+    exception that escaped, whatever the root says)."""
     started_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     """Earliest span start (Unix ns)."""
     ended_at: int = Field(sa_column=Column(BigInteger, nullable=False))

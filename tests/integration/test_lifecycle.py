@@ -106,15 +106,56 @@ async def test_resent_spans_do_not_keep_a_run_open(store: SpanStore) -> None:
 async def test_root_span_error_fails_the_run(store: SpanStore) -> None:
     t0 = 1_000.0
     await write_run(store, "c", t0, status=StatusCode.ERROR)
-    # A child's error alone is not a failed run.
+    # A child's error the agents went on from (later work ended well) is not a failure.
     root = span("c2")
     await store.write_spans(
-        [root, span("c2", parent=root.span_id, status=StatusCode.ERROR)], received_at=t0
+        [
+            root,
+            span("c2", parent=root.span_id, status=StatusCode.ERROR),
+            span("c2", parent=root.span_id, status=StatusCode.OK),
+        ],
+        received_at=t0,
     )
 
     assert await sweep(store, t0 + QUIET + 1) == {
         run_id("c"): ("running", "failed"),
         run_id("c2"): ("running", "complete"),
+    }
+
+
+async def test_an_error_that_ended_the_work_fails_the_run_whatever_the_root_says(
+    store: SpanStore,
+) -> None:
+    t0 = 1_000.0
+    # OpenAI Agents SDK: the tool and agent spans end in ERROR, the root says OK.
+    root = span("e1", status=StatusCode.OK)
+    tool = span("e1", parent=root.span_id, status=StatusCode.ERROR)
+    agent = span("e1", parent=root.span_id, status=StatusCode.ERROR)
+    # Delivered newest first and in two requests: the order of arrival does not matter.
+    await store.write_spans([agent], received_at=t0)
+    await store.write_spans([tool, root], received_at=t0)
+    # smolagents with a failing model: the root never arrives, the last work is an ERROR.
+    lost_root = "f" * 16
+    first = span("e2", parent=lost_root)
+    await store.write_spans(
+        [first, span("e2", parent=first.span_id, status=StatusCode.ERROR)], received_at=t0
+    )
+    # Orphans whose last work ended well complete.
+    await store.write_spans(
+        [span("e3", parent=lost_root, status=StatusCode.ERROR), span("e3", parent=lost_root)],
+        received_at=t0,
+    )
+    # A graded success wins over the spans' statuses.
+    graded = span("e4", status=StatusCode.OK, attrs={c.RUN_OUTCOME: "success"})
+    await store.write_spans(
+        [graded, span("e4", parent=graded.span_id, status=StatusCode.ERROR)], received_at=t0
+    )
+
+    assert await sweep(store, t0 + QUIET + 1) == {
+        run_id("e1"): ("running", "failed"),
+        run_id("e2"): ("running", "failed"),
+        run_id("e3"): ("running", "complete"),
+        run_id("e4"): ("running", "complete"),
     }
 
 
@@ -326,3 +367,18 @@ async def test_a_backlog_larger_than_a_page_is_settled_in_one_sweep(store: SpanS
     assert await store.count_runs(status="running") == 0
     # Nothing is left over for the next sweep.
     assert await sweep(store, t0 + QUIET + 2) == {}
+
+
+async def test_a_trace_that_only_sets_an_agent_up_opens_no_run(store: SpanStore) -> None:
+    # autogen-core sends one `create_agent` span, in a trace of its own, per agent built.
+    setup = span("g1", attrs={c.GEN_AI_OPERATION_NAME: c.OP_CREATE_AGENT})
+    assert await store.write_spans([setup], received_at=1_000.0) == 1
+    assert await store.get_run(run_id("g1")) is None
+    assert await store.count_runs() == 0
+    assert await store.count_spans() == 1  # stored all the same
+    # Setting an agent up inside a run is part of that run.
+    root = span("g2")
+    inside = span("g2", parent=root.span_id, attrs={c.GEN_AI_OPERATION_NAME: c.OP_CREATE_AGENT})
+    await store.write_spans([root, inside], received_at=1_000.0)
+    run = await store.get_run(run_id("g2"))
+    assert run is not None and run.n_spans == 2

@@ -170,8 +170,12 @@ def test_a_graders_failure_verdict_on_an_ok_run_triggers_attribution(
     database_url: str, tmp_path: Path
 ) -> None:
     spans = agent_run(failed=False)
+    probe = {
+        "FAULTFINDER_ATTRIBUTORS": "first_error,echo",
+        "FAULTFINDER_PLUGINS": "tests.plugins.echo",
+    }
     with (
-        running_sidecar(database_url, tmp_path, **FAST) as sidecar,
+        running_sidecar(database_url, tmp_path, **(FAST | probe)) as sidecar,
         httpx.Client(base_url=sidecar.url, timeout=30) as client,
     ):
         assert send(client, spans).status_code == 200
@@ -185,11 +189,19 @@ def test_a_graders_failure_verdict_on_an_ok_run_triggers_attribution(
             json={"outcome": "failure", "reason": "graded wrong", "ground_truth": "1150 EUR"},
         )
         assert verdict.status_code == 200
-        found = wait_for(lambda: attributions(client, run_id, {"first_error"}), what="attribution")
-        assert found[0]["status"] == "ok"
+        # The verdict fails the run at once, not at the next sweep.
+        assert verdict.json()["status"] in ("failed", "attributed")
+        found = wait_for(
+            lambda: attributions(client, run_id, {"first_error", "echo"}), what="attribution"
+        )
+        assert all(attribution["status"] == "ok" for attribution in found)
         run = client.get(f"/api/runs/{run_id}").json()
         assert run["status"] == "attributed"
         assert run["trajectory"]["ground_truth"] == "1150 EUR"
+        # The attributors were handed the trajectory the API shows, ground truth included.
+        (echoed,) = [a["details"] for a in found if a["method"] == "echo"]
+        assert echoed["ground_truth"] == "1150 EUR"
+        assert echoed["task"] == run["trajectory"]["task"]
         # Bad verdicts are refused with the field named; unknown runs are 404.
         bad = client.post(f"/api/runs/{run_id}/outcome", json={"outcome": "meh"})
         assert bad.status_code == 400 and "outcome" in bad.text

@@ -1,0 +1,42 @@
+"""The one way a stored run becomes a `Trajectory`: for the API and the dashboard, the
+attribution worker, the online auditor and training alike.
+
+The spans say what the agents did (`assembler.assemble_trajectory`); the run row adds
+what was posted later through the API (a grader's ground truth and final answer), which
+takes precedence over what the spans said, and the task when no span named one. Every
+reader goes through `run_trajectory`, so a ground truth posted with an outcome reaches
+every attributor the way the dashboard shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from faultfinder.attributors.model import Trajectory
+from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.store import RunRow, SpanStore
+
+__all__ = ["load_trajectory", "run_trajectory"]
+
+
+def run_trajectory(run_id: str, spans: Sequence[SpanRecord], row: RunRow | None) -> Trajectory:
+    """The trajectory of run `run_id` from its spans, with what was posted for it (`row`)."""
+    trajectory = assemble_trajectory(run_id, spans)
+    if row is None:
+        return trajectory
+    updates = {
+        name: value
+        for name, value in (
+            ("ground_truth", row.ground_truth),
+            ("final_answer", row.final_answer),
+            ("task", row.task if not trajectory.task else None),
+        )
+        if value is not None
+    }
+    return trajectory.model_copy(update=updates) if updates else trajectory
+
+
+async def load_trajectory(store: SpanStore, row: RunRow) -> Trajectory:
+    """`run_trajectory` of a stored run, reading its spans."""
+    return run_trajectory(row.id, await store.run_spans(row.id), row)
