@@ -7,13 +7,12 @@ Rules (applied by `sweep`, which a daemon calls every few seconds):
   orphan spans (its root never arrived) finishes after the quiet period measured
   from its last span: a lost root must not keep a run open forever.
 - It finishes `failed` when its outcome is `failure`, or when no outcome is known and
-  a root span ended with status ERROR, or the run's last work did: the latest-ending
-  span other than the root has status ERROR (an exception escaped the agents, even if
-  the root says OK, or the root never arrived); otherwise `complete`. An error the
-  agents recovered from (a tool error fed back, then more work that ended well) does not
-  fail the run by itself; it stays in the trajectory as evidence. An explicit outcome
-  (span attribute or posted) wins over the spans' statuses: a graded success is a
-  success.
+  a root span ended with status ERROR, or the run's work ended in an error
+  (`work_failed`: an exception escaped the agents, even if the root says OK, or the
+  root never arrived); otherwise `complete`. An error the agents recovered from (a tool
+  error fed back, then more work that ended well) does not fail the run by itself; it
+  stays in the trajectory as evidence. An explicit outcome (span attribute or posted)
+  wins over the spans' statuses: a graded success is a success.
 - A `complete` run whose outcome later turns `failure` (posted late, or a late span
   says so) becomes `failed`. Runs never go back to `running`, and `failed` /
   `attributed` runs are not changed here.
@@ -25,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from faultfinder.server.otlp.model import SpanRecord, StatusCode
 from faultfinder.server.store import RunOutcome, RunRow, RunStatus, SpanStore
 
-__all__ = ["RunTransition", "decide", "is_failure", "sweep"]
+__all__ = ["RunTransition", "decide", "is_failure", "sweep", "work_failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +42,75 @@ class RunTransition:
     status: RunStatus
 
 
-def is_failure(run: RunRow) -> bool:
+def work_failed(spans: Sequence[SpanRecord]) -> bool:
+    """The run's work ended in an error: some span other than the root has status ERROR
+    and no childless span outside it ended after it without an error.
+
+    So an exception that escaped (the failing call, then only the spans around it ending,
+    whatever status the root gives itself) fails the run, and so does an error after which
+    nothing else arrived (a root that never came); an error the agents went on from (a
+    tool error fed back to the model, whose next call ended well) does not.
+    """
+    keys = {(span.trace_id, span.span_id) for span in spans}
+    parent_of = {
+        (span.trace_id, span.span_id): (span.trace_id, span.parent_span_id)
+        for span in spans
+        if span.parent_span_id is not None and (span.trace_id, span.parent_span_id) in keys
+    }
+    parents = set(parent_of.values())
+    errors = [
+        span
+        for span in spans
+        if span.status_code == StatusCode.ERROR and span.parent_span_id is not None
+    ]
+    if not errors:
+        return False
+    leaves = [
+        span
+        for span in spans
+        if (span.trace_id, span.span_id) not in parents and span.parent_span_id is not None
+    ]
+
+    def within(span: SpanRecord, error: SpanRecord) -> bool:
+        key: tuple[str, str | None] | None = (span.trace_id, span.span_id)
+        seen: set[tuple[str, str | None]] = set()
+        while key is not None and key not in seen:
+            if key == (error.trace_id, error.span_id):
+                return True
+            seen.add(key)
+            key = parent_of.get(key)  # type: ignore[arg-type]
+        return False
+
+    return any(
+        not any(
+            leaf.end_time_unix_nano > error.end_time_unix_nano
+            and leaf.status_code != StatusCode.ERROR
+            and not within(leaf, error)
+            for leaf in leaves
+        )
+        for error in errors
+    )
+
+
+def is_failure(run: RunRow, *, work_failed: bool = False) -> bool:
     """The run failed by its outcome, or (no outcome known) by its root span's status or
-    the status of its last work."""
+    because its work ended in an error (`work_failed` of its spans)."""
     if run.outcome is not None:
         return bool(run.outcome == RunOutcome.FAILURE)
-    return bool(run.root_error or run.work_error)
+    return bool(run.root_error or (run.work_error and work_failed))
 
 
-def decide(run: RunRow, *, now_ns: int, quiet_period_ns: int) -> RunStatus | None:
-    """The status `run` should move to now, or None to leave it as it is.
+def decide(
+    run: RunRow, *, now_ns: int, quiet_period_ns: int, work_failed: bool = False
+) -> RunStatus | None:
+    """The status `run` should move to now, or None to leave it as it is; `work_failed`
+    is that function's answer for the run's spans.
 
     The plain statement of the rules; the sweep has the database apply the same rules
-    (`SpanStore.settle_due`), and the tests check that the two agree.
+    (`SpanStore.settle_due`, reading the spans only of runs with an error below the
+    root), and the tests check that the two agree.
     """
-    finished = RunStatus.FAILED if is_failure(run) else RunStatus.COMPLETE
+    finished = RunStatus.FAILED if is_failure(run, work_failed=work_failed) else RunStatus.COMPLETE
     if run.status == RunStatus.RUNNING:
         if run.outcome_posted_at is not None:
             return finished
@@ -110,7 +165,17 @@ async def _sweep_page(
     read into Python, which is what let a writer storing thousands of tiny runs per
     second starve the sweep of event-loop time.
     """
-    seen, moved = await store.settle_due(
-        quiet_since=now_ns - quiet_period_ns, now=now_ns, limit=limit, only=only
+    quiet_since = now_ns - quiet_period_ns
+    seen, moved, pending = await store.settle_due(
+        quiet_since=quiet_since, now=now_ns, limit=limit, only=only
     )
-    return seen, [RunTransition(run_id, previous, status) for run_id, previous, status in moved]
+    transitions = [RunTransition(run_id, previous, status) for run_id, previous, status in moved]
+    # The runs with an error below an ordinary root: their spans say whether it ended the
+    # work. Few runs have one, so reading their spans costs the sweep little.
+    for run_id in pending:
+        status = (
+            RunStatus.FAILED if work_failed(await store.run_spans(run_id)) else RunStatus.COMPLETE
+        )
+        if await store.finish_checked(run_id, status, quiet_since=quiet_since, now=now_ns):
+            transitions.append(RunTransition(run_id, RunStatus.RUNNING, status))
+    return seen, transitions

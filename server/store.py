@@ -34,7 +34,9 @@ from sqlalchemy import (
     and_,
     case,
     exists,
+    false,
     func,
+    not_,
     or_,
     select,
     true,
@@ -93,7 +95,7 @@ class RunRow:
     root_error: bool
     """A span without a parent ended with status ERROR."""
     work_error: bool
-    """The latest-ending span other than the root ended with status ERROR."""
+    """Some span other than the root ended with status ERROR."""
     started_at: int
     ended_at: int
     last_span_received_at: int
@@ -177,7 +179,6 @@ class _RunDelta:
     root_started_at: int | None = None
     root_ended_at: int | None = None
     root_error: bool = False
-    work_ended_at: int | None = None
     work_error: bool = False
     outcome: str | None = None
     outcome_reason: str | None = None
@@ -196,12 +197,8 @@ class _RunDelta:
                 self.root_ended_at = span.end_time_unix_nano
             if span.status_code == StatusCode.ERROR:
                 self.root_error = True
-        else:
-            ended, error = span.end_time_unix_nano, span.status_code == StatusCode.ERROR
-            if self.work_ended_at is None or ended > self.work_ended_at:
-                self.work_ended_at, self.work_error = ended, error
-            elif ended == self.work_ended_at:
-                self.work_error = self.work_error or error
+        elif span.status_code == StatusCode.ERROR:
+            self.work_error = True
         attrs = span.attributes
         reason = _text(attrs.get(c.RUN_OUTCOME_REASON))
         if outcome is not None and self.outcome != RunOutcome.FAILURE:
@@ -221,7 +218,6 @@ class _RunDelta:
             "root_started_at": self.root_started_at,
             "root_ended_at": self.root_ended_at,
             "root_error": self.root_error,
-            "work_ended_at": self.work_ended_at,
             "work_error": self.work_error,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
@@ -385,19 +381,7 @@ class SpanStore:
                     (new_root_is_earlier, new.root_ended_at), else_=run.root_ended_at
                 ),
                 "root_error": or_(run.root_error, new.root_error),
-                # The latest-ending work span decides; spans ending together, any error.
-                "work_ended_at": case(
-                    (run.work_ended_at.is_(None), new.work_ended_at),
-                    (new.work_ended_at.is_(None), run.work_ended_at),
-                    else_=greatest(run.work_ended_at, new.work_ended_at),
-                ),
-                "work_error": case(
-                    (new.work_ended_at.is_(None), run.work_error),
-                    (run.work_ended_at.is_(None), new.work_error),
-                    (new.work_ended_at > run.work_ended_at, new.work_error),
-                    (new.work_ended_at == run.work_ended_at, or_(run.work_error, new.work_error)),
-                    else_=run.work_error,
-                ),
+                "work_error": or_(run.work_error, new.work_error),
                 "outcome": case((take_new_outcome, new.outcome), else_=run.outcome),
                 "outcome_reason": case(
                     (take_new_outcome, new.outcome_reason),
@@ -687,7 +671,7 @@ class SpanStore:
 
     async def settle_due(
         self, *, quiet_since: int, now: int, limit: int = 1000, only: str | None = None
-    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]]]:
+    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[str]]:
         """Apply the lifecycle rules (`lifecycle.decide`) to one page of runs, in the
         database, in one short transaction.
 
@@ -700,8 +684,11 @@ class SpanStore:
         conditions are checked again on the row being written. So a span stored
         meanwhile keeps its run as the span left it, and two sweepers (replicas) never
         both move a run. No run is read into Python. Returns how many runs the larger of
-        the two pages held (a full page means more may be waiting) and the transitions
-        (run id, from, to). With `only`, the pages hold at most that run.
+        the two pages held (a full page means more may be waiting), the transitions
+        (run id, from, to), and the due runs the database cannot decide: no outcome, a
+        root that did not fail, and an error below it, which may have ended the work or
+        been recovered from; the caller reads their spans (`finish_checked`). With
+        `only`, the pages hold at most that run.
         """
         running = RunStatus.RUNNING.value
         complete = RunStatus.COMPLETE.value
@@ -709,25 +696,18 @@ class SpanStore:
         # `lifecycle.is_failure`: an explicit outcome wins over the spans' statuses.
         failure = or_(
             RUNS.c.outcome == RunOutcome.FAILURE.value,
-            and_(
-                RUNS.c.outcome.is_(None),
-                or_(RUNS.c.root_error == true(), RUNS.c.work_error == true()),
-            ),
+            and_(RUNS.c.outcome.is_(None), RUNS.c.root_error == true()),
         )
-        due = and_(
-            RUNS.c.status == running,
-            or_(
-                and_(
-                    RUNS.c.last_span_received_at <= quiet_since,
-                    # A root that never ends keeps its run open; leaving such runs out
-                    # keeps them from crowding due runs past `limit`.
-                    or_(RUNS.c.root_span_id.is_(None), RUNS.c.root_ended_at > 0),
-                ),
-                RUNS.c.outcome_posted_at.is_not(None),
-            ),
+        undecided = and_(
+            RUNS.c.outcome.is_(None), RUNS.c.root_error == false(), RUNS.c.work_error == true()
         )
+        due = and_(RUNS.c.status == running, _finished(quiet_since))
         changed = and_(RUNS.c.needs_sweep == true(), RUNS.c.status == complete)
-        due_page = select(RUNS.c.id).where(due).order_by(RUNS.c.last_span_received_at).limit(limit)
+        decided = and_(due, not_(undecided))
+        due_page = (
+            select(RUNS.c.id).where(decided).order_by(RUNS.c.last_span_received_at).limit(limit)
+        )
+        pending_page = select(RUNS.c.id).where(due, undecided).limit(limit)
         # No ORDER BY: ordering by activity made SQLite walk every complete run ever
         # stored through the status index; unordered, it reads only the changed ones
         # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
@@ -735,6 +715,7 @@ class SpanStore:
         if only is not None:
             due_page = due_page.where(RUNS.c.id == only)
             changed_page = changed_page.where(RUNS.c.id == only)
+            pending_page = pending_page.where(RUNS.c.id == only)
         # On SQLite one statement runs alone under the database's write lock, so the
         # page's rows still meet the conditions; repeating them outside the subquery
         # made SQLite scan every run of the status instead of finding the page's rows by
@@ -746,7 +727,7 @@ class SpanStore:
         if self._postgres:
             due_page = due_page.with_for_update(skip_locked=True)
             changed_page = changed_page.with_for_update(skip_locked=True)
-            recheck_due, recheck_changed = (due,), (changed,)
+            recheck_due, recheck_changed = (decided,), (changed,)
         finish = (
             update(RUNS)
             .where(RUNS.c.id.in_(due_page.scalar_subquery()), *recheck_due)
@@ -773,13 +754,54 @@ class SpanStore:
         async with self._engine.begin() as conn:
             finished = (await conn.execute(finish)).all()
             rechecked = (await conn.execute(recheck)).all()
+            pending = [row.id for row in await conn.execute(pending_page)]
         transitions = [(row.id, RunStatus.RUNNING, RunStatus(row.status)) for row in finished]
         transitions += [
             (row.id, RunStatus.COMPLETE, RunStatus.FAILED)
             for row in rechecked
             if row.status == failed
         ]
-        return max(len(finished), len(rechecked)), transitions
+        return max(len(finished), len(rechecked), len(pending)), transitions, pending
+
+    async def finish_checked(
+        self, run_id: str, status: RunStatus, *, quiet_since: int, now: int
+    ) -> bool:
+        """Finish a run `settle_due` left undecided as `status` (the caller read its spans),
+        if it is still due and undecided; returns whether it moved."""
+        statement = (
+            update(RUNS)
+            .where(
+                RUNS.c.id == run_id,
+                RUNS.c.status == RunStatus.RUNNING.value,
+                RUNS.c.outcome.is_(None),
+                RUNS.c.root_error == false(),
+                _finished(quiet_since),
+            )
+            .values(
+                status=RunStatus(status).value,
+                completed_at=func.coalesce(RUNS.c.completed_at, now),
+                updated_at=now,
+                version=RUNS.c.version + 1,
+                needs_sweep=False,
+            )
+            .returning(RUNS.c.id)
+        )
+        async with self._engine.begin() as conn:
+            return (await conn.execute(statement)).first() is not None
+
+
+def _finished(quiet_since: int) -> ColumnElement[bool]:
+    """A running run is due: an outcome was posted, or no span arrived since
+    `quiet_since` (Unix ns) and its root, if it has one, has ended."""
+    return or_(
+        and_(
+            RUNS.c.last_span_received_at <= quiet_since,
+            # A root that never ends keeps its run open; leaving such runs out keeps them
+            # from crowding due runs past `limit`.
+            or_(RUNS.c.root_span_id.is_(None), RUNS.c.root_ended_at > 0),
+        ),
+        RUNS.c.outcome_posted_at.is_not(None),
+    )
 
 
 LABELS: Table = LabelTable.__table__  # type: ignore[attr-defined]

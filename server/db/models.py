@@ -122,14 +122,12 @@ class RunTable(SQLModel, table=True):
     """End time of the root span; 0 or null while it has not ended."""
     root_error: bool = Field(sa_column=Column(Boolean, nullable=False))
     """Some span without a parent ended with status ERROR."""
-    work_ended_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
-    """Latest end time of a span other than the root (Unix ns); null before one arrived."""
     work_error: bool = Field(
         default=False,
         sa_column=Column(Boolean, nullable=False, server_default=false()),
     )
-    """A span ending at `work_ended_at` has status ERROR: the run's last work failed (an
-    exception that escaped, whatever the root says)."""
+    """Some span other than the root ended with status ERROR: the lifecycle reads the
+    run's spans to tell whether that error ended its work (`lifecycle.work_failed`)."""
     started_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     """Earliest span start (Unix ns)."""
     ended_at: int = Field(sa_column=Column(BigInteger, nullable=False))

@@ -127,13 +127,15 @@ async def test_an_error_that_ended_the_work_fails_the_run_whatever_the_root_says
     store: SpanStore,
 ) -> None:
     t0 = 1_000.0
-    # OpenAI Agents SDK: the tool and agent spans end in ERROR, the root says OK.
+    # OpenAI Agents SDK: the tool and agent spans end in ERROR, then a wrapper span ends
+    # OK around them, and the root says OK too.
     root = span("e1", status=StatusCode.OK)
-    tool = span("e1", parent=root.span_id, status=StatusCode.ERROR)
-    agent = span("e1", parent=root.span_id, status=StatusCode.ERROR)
+    wrapper = span("e1", parent=root.span_id, status=StatusCode.OK)
+    agent = span("e1", parent=wrapper.span_id, status=StatusCode.ERROR)
+    tool = span("e1", parent=agent.span_id, status=StatusCode.ERROR)
     # Delivered newest first and in two requests: the order of arrival does not matter.
-    await store.write_spans([agent], received_at=t0)
-    await store.write_spans([tool, root], received_at=t0)
+    await store.write_spans([tool], received_at=t0)
+    await store.write_spans([agent, wrapper, root], received_at=t0)
     # smolagents with a failing model: the root never arrives, the last work is an ERROR.
     lost_root = "f" * 16
     first = span("e2", parent=lost_root)
@@ -278,7 +280,13 @@ async def test_database_applies_the_same_rules_as_decide(store: SpanStore) -> No
         for trace in traces:
             run = await store.get_run(run_id(trace))
             assert run is not None
-            decision = lifecycle.decide(run, now_ns=int(at * 1e9), quiet_period_ns=int(QUIET * 1e9))
+            failed_work = lifecycle.work_failed(await store.run_spans(run.id))
+            decision = lifecycle.decide(
+                run,
+                now_ns=int(at * 1e9),
+                quiet_period_ns=int(QUIET * 1e9),
+                work_failed=failed_work,
+            )
             if decision is not None:
                 out[run.id] = (str(run.status), decision.value)
         return out
@@ -351,10 +359,12 @@ async def test_a_backlog_larger_than_a_page_is_settled_in_one_sweep(store: SpanS
     pages: list[int] = []
     settle_due = store.settle_due
 
-    async def counting(**kwargs: Any) -> tuple[int, list[tuple[str, RunStatus, RunStatus]]]:
-        seen, moved = await settle_due(**kwargs)
+    async def counting(
+        **kwargs: Any,
+    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[str]]:
+        seen, moved, pending = await settle_due(**kwargs)
         pages.append(seen)
-        return seen, moved
+        return seen, moved, pending
 
     store.settle_due = counting  # type: ignore[method-assign]
     moved = await lifecycle.sweep(

@@ -1,9 +1,9 @@
-"""Runs remember whether their last work ended in an error.
+"""Runs remember whether a span other than the root ended in an error.
 
 A run's root may say OK while the exception that ended its work escaped below it (the
-OpenAI Agents SDK), or never arrive at all (smolagents when the model endpoint fails):
-the latest-ending span other than the root, and whether it (or one ending with it) was
-an ERROR, let the lifecycle fail such runs.
+OpenAI Agents SDK), or never arrive at all (smolagents when the model endpoint fails).
+The lifecycle reads the spans of the runs so marked to tell an error that ended the work
+from one the agents recovered from; the runs without one (most) it settles in SQL alone.
 
 Revision ID: 0005
 Revises: 0004
@@ -24,10 +24,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    # Runs stored before this revision have no record of their work: null and false,
-    # which leaves their outcome as the root's status decided it.
+    # Runs stored before this revision are not marked: their outcome stays as the root's
+    # status decided it.
     with op.batch_alter_table("runs") as batch:
-        batch.add_column(sa.Column("work_ended_at", sa.BigInteger(), nullable=True))
         batch.add_column(
             sa.Column("work_error", sa.Boolean(), nullable=False, server_default=sa.false())
         )
@@ -36,4 +35,3 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.drop_column("work_error")
-        batch.drop_column("work_ended_at")
