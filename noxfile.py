@@ -63,6 +63,8 @@ def conformance(session: nox.Session, framework: str) -> None:
         *session.posargs,
         env={
             "FAULTFINDER_CONFORMANCE": "1",
+            "FAULTFINDER_CONFORMANCE_FRAMEWORK": framework,
+            # Which entry runs: entries sharing a module (one framework traced two ways).
             "FAULTFINDER_BIN": _sidecar_command(),
             "PYTHONPATH": str(ROOT),
         },

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from faultfinder.sdk import conventions as c
+from faultfinder import conventions as c
 
 OTLP_TRACES_PATH = "/v1/traces"
 """Path of the OTLP/HTTP traces endpoint, relative to the server's base URL."""

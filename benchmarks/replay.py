@@ -26,6 +26,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import (
     DATASETS_DIR_ENV,
@@ -40,7 +41,6 @@ from faultfinder.benchmarks.otlp_traces import (
     retry_after_seconds,
     traces_url,
 )
-from faultfinder.sdk import conventions as c
 from faultfinder.server.progress import Progress
 
 _log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from faultfinder.sdk import conventions as c
+from faultfinder import conventions as c
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode

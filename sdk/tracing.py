@@ -32,7 +32,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.util.re import parse_env_headers
 
 from faultfinder import __version__
-from faultfinder.sdk import conventions as c
+from faultfinder import conventions as c
 from faultfinder.sdk.errors import ConfigurationError
 
 __all__ = [

@@ -28,18 +28,24 @@ Rules (pure, and independent of the order in which spans arrived):
 6. **Run facts.** `faultfinder.run.*`, `faultfinder.dataset.*` and `faultfinder.label.*`
    are read from the root first, then from the other spans in start order. The task
    falls back to the first human step's text, then the root's (or first step's) user
-   input; the final answer falls back to the output of a root that is not a step.
+   input; the final answer falls back to the output of a root that is not a step (a
+   root with none: the last step, when it is a model's reply that ended well and calls
+   no tool).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.sdk import conventions as c
-from faultfinder.server.otlp.mapping import MappedSpan, as_text, map_span
+import orjson
+
+from faultfinder import conventions as c
+from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
+from faultfinder.server.otlp.mapping import MappedSpan, as_text, map_span, requests_tools
 from faultfinder.server.otlp.model import AttributeValue, SpanRecord
 
 __all__ = ["assemble_trajectory"]
@@ -59,15 +65,23 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
         for span in ordered
         if span.parent_span_id is not None and (span.trace_id, span.parent_span_id) in by_key
     }
-    mapped = {_key(span): map_span(span) for span in ordered}
+    mapped = _one_record_per_tool_call(
+        ordered, parent_of, {_key(span): map_span(span) for span in ordered}
+    )
+    mapped = _events_into_their_spans(ordered, parent_of, mapped)
     root = _run_root(ordered, parent_of)
 
     step_spans = _step_spans(ordered, parent_of, mapped, root)
     if step_spans and all(mapped[_key(span)].step_index is not None for span in step_spans):
         step_spans.sort(key=lambda span: (mapped[_key(span)].step_index, *_time_key(span)))
+    else:
+        _turns_at_their_end(step_spans, parent_of, mapped)
 
-    steps = tuple(
-        _step(position, span, mapped, parent_of, by_key) for position, span in enumerate(step_spans)
+    steps = _tools_to_their_callers(
+        tuple(
+            _step(position, span, mapped, parent_of, by_key)
+            for position, span in enumerate(step_spans)
+        )
     )
     return _trajectory(run_id, ordered, root, mapped, step_spans, steps)
 
@@ -127,17 +141,170 @@ def _step_spans(
     candidates = [span for span in ordered if mapped[_key(span)].is_step_candidate]
     if candidates:
         containers: set[_SpanKey] = set()
+        above_words: set[_SpanKey] = set()
         for span in candidates:
-            containers.update(_ancestors(_key(span), parent_of))
+            ancestors = list(_ancestors(_key(span), parent_of))
+            containers.update(ancestors)
+            if mapped[_key(span)].kind is not StepKind.TOOL:
+                above_words.update(ancestors)
         return [
             span
             for span in candidates
-            if _key(span) not in containers or mapped[_key(span)].step_index is not None
+            if _key(span) not in containers
+            or mapped[_key(span)].step_index is not None
+            or _answers_unrecorded(mapped[_key(span)], _key(span) in above_words)
         ]
     if len(ordered) == 1:
         return list(ordered)
     parents = set(parent_of.values())
     return [span for span in ordered if span is not root and _key(span) not in parents]
+
+
+def _answers_unrecorded(facts: MappedSpan, above_words: bool) -> bool:
+    """An agent invocation with nothing but tool calls beneath it, no model call or
+    message (an agent framework's instrumentation alone, without its LLM client's:
+    CrewAI's task span around its tool spans), is a step as well as a container: its
+    output is the agent's own answer, which no other step carries."""
+    return facts.is_agent_span and not above_words and bool((facts.content or "").strip())
+
+
+def _turns_at_their_end(
+    step_spans: list[SpanRecord],
+    parent_of: dict[_SpanKey, _SpanKey],
+    mapped: dict[_SpanKey, MappedSpan],
+) -> None:
+    """Order the agent turns kept as steps above other steps (`_answers_unrecorded`) by
+    their end: the answer comes after the tool calls it was made from. In place."""
+    keys = {_key(span) for span in step_spans}
+    above_steps = {
+        ancestor for key in keys for ancestor in _ancestors(key, parent_of) if ancestor in keys
+    }
+    turns = {key for key in above_steps if mapped[key].step_index is None}
+    turns |= _tools_around_model_turns(step_spans, mapped)
+    if not turns:
+        return
+
+    def position(span: SpanRecord) -> tuple[int, int, str, str]:
+        if _key(span) in turns:
+            return (span.end_time_unix_nano, span.end_time_unix_nano, span.trace_id, span.span_id)
+        return _time_key(span)
+
+    step_spans.sort(key=position)
+
+
+def _tools_around_model_turns(
+    step_spans: Sequence[SpanRecord], mapped: dict[_SpanKey, MappedSpan]
+) -> set[_SpanKey]:
+    """The tool steps during which a model turn of the run began: tools that hand work to
+    another agent (Agno's `delegate_task_to_member`, whose member's run is not traced
+    beneath it). Such a tool's result is what that work came to, so it reads at its end,
+    after the steps it was made from, not at its start."""
+    turns = [
+        span
+        for span in step_spans
+        if mapped[_key(span)].kind is not StepKind.TOOL and mapped[_key(span)].step_index is None
+    ]
+    return {
+        _key(tool)
+        for tool in step_spans
+        if mapped[_key(tool)].kind is StepKind.TOOL
+        and mapped[_key(tool)].step_index is None
+        and any(
+            tool.start_time_unix_nano < turn.start_time_unix_nano < tool.end_time_unix_nano
+            for turn in turns
+        )
+    }
+
+
+def _one_record_per_tool_call(
+    ordered: Sequence[SpanRecord],
+    parent_of: dict[_SpanKey, _SpanKey],
+    mapped: dict[_SpanKey, MappedSpan],
+) -> dict[_SpanKey, MappedSpan]:
+    """One tool call recorded twice (an agent framework's tool span around its tool
+    library's own `execute_tool` span) is one step: a tool span whose only step-like
+    spans beneath are spans of the same tool keeps them as part of itself, taking what
+    they know that it does not (arguments, result, an error it did not record)."""
+    beneath: dict[_SpanKey, list[_SpanKey]] = {}
+    for span in ordered:
+        key = _key(span)
+        if mapped[key].is_step_candidate:
+            for ancestor in _ancestors(key, parent_of):
+                if mapped[ancestor].is_step_candidate:
+                    beneath.setdefault(ancestor, []).append(key)
+    merged = dict(mapped)
+    for outer, inner in beneath.items():
+        facts = mapped[outer]
+        if facts.kind is not StepKind.TOOL or not facts.tool_name or facts.step_index is not None:
+            continue
+        copies = [mapped[key] for key in inner]
+        if all(
+            copy.kind is StepKind.TOOL
+            and copy.tool_name == facts.tool_name
+            and copy.step_index is None
+            for copy in copies
+        ):
+            for key in inner:
+                merged[key] = replace(mapped[key], is_step_candidate=False)
+            merged[outer] = _folded(facts, copies)
+    return merged
+
+
+def _events_into_their_spans(
+    ordered: Sequence[SpanRecord],
+    parent_of: dict[_SpanKey, _SpanKey],
+    mapped: dict[_SpanKey, MappedSpan],
+) -> dict[_SpanKey, MappedSpan]:
+    """A span that lasts no time, has nothing beneath it, is of its parent's kind and names
+    no tool or agent of its own records an event of its parent (BeeAI's instrumentation
+    turns each emitter event, `error`, `final_answer`, into such a span): it is part of
+    the parent, not a step, and an error it records is the parent's."""
+    parents = set(parent_of.values())
+    merged = dict(mapped)
+    for span in ordered:
+        key = _key(span)
+        parent = parent_of.get(key)
+        if parent is None or key in parents or span.end_time_unix_nano != span.start_time_unix_nano:
+            continue
+        event, owner = mapped[key], merged[parent]
+        if not (
+            event.is_step_candidate
+            and owner.is_step_candidate
+            and event.kind is owner.kind
+            and event.is_agent_span == owner.is_agent_span
+            and event.tool_name is None
+            and event.agent is None
+            and event.step_index is None
+        ):
+            continue
+        merged[key] = replace(event, is_step_candidate=False)
+        if event.status is StepStatus.ERROR and owner.status is not StepStatus.ERROR:
+            merged[parent] = replace(
+                owner, status=StepStatus.ERROR, error=owner.error or event.error
+            )
+    return merged
+
+
+def _folded(facts: MappedSpan, copies: Sequence[MappedSpan]) -> MappedSpan:
+    """`facts` with what its `copies` (records of the same call) add."""
+
+    def first(values: Iterable[str | None]) -> str | None:
+        return next((value for value in values if value), None)
+
+    records = (facts, *copies)
+    failed = next((record for record in records if record.status is StepStatus.ERROR), None)
+    status = StepStatus.ERROR if failed else facts.status
+    if status is StepStatus.UNSET:
+        status = next((cp.status for cp in copies if cp.status is not StepStatus.UNSET), status)
+    return replace(
+        facts,
+        content=first(record.content for record in records),
+        tool_arguments=first(record.tool_arguments for record in records),
+        tool_result=first(record.tool_result for record in records),
+        status=status,
+        error=facts.error or (failed.error if failed else None),
+        agent=facts.agent or first(copy.agent for copy in copies),
+    )
 
 
 def _agent(
@@ -149,15 +316,94 @@ def _agent(
     own: str | None = mapped[_key(span)].agent
     if own is not None:
         return own
+    if mapped[_key(span)].is_agent_span:
+        return agent_span_name(span.name) or span.span_id
     for ancestor in _ancestors(_key(span), parent_of):
         facts = mapped[ancestor]
         inherited: str | None = facts.agent
         if inherited is None and facts.is_agent_span:
-            inherited = by_key[ancestor].name.strip() or None
+            inherited = agent_span_name(by_key[ancestor].name)
         if inherited is not None:
             return inherited
+    program = _outermost_chain(span, parent_of, by_key)
+    if program is not None:
+        return program
+    # No span names the agent (an LLM-only instrumentation, or the agent's own span never
+    # arrived): the program that made the call is the one agent known. An LLM or tool
+    # span's name (`ChatCompletion`, `OpenAIModel.generate`) is never an agent's.
+    service = as_text(span.resource_attributes.get(c.SERVICE_NAME))
+    if service and service.strip() and not service.startswith("unknown_service"):
+        return str(service.strip())
     name: str = span.name.strip()
     return name or span.span_id
+
+
+def _outermost_chain(
+    span: SpanRecord, parent_of: dict[_SpanKey, _SpanKey], by_key: dict[_SpanKey, SpanRecord]
+) -> str | None:
+    """No ancestor is an agent or names one: the outermost OpenInference CHAIN above the
+    step, the program the user called, is the agent (DSPy's `ReAct.forward`, whose LM and
+    tool calls lie beneath its predictors' and adapters' chains), by its span name less
+    the method. Only a chain that is the trace's own root counts: beneath a parent that
+    never arrived (smolagents' agent span, lost when the model endpoint failed) the
+    outermost chain present is a step of that agent (`Step 1`), not a program."""
+    outermost: SpanRecord | None = None
+    for ancestor in _ancestors(_key(span), parent_of):
+        above = by_key[ancestor]
+        if _upper_text(above.attributes.get(c.OPENINFERENCE_SPAN_KIND)) == c.OI_KIND_CHAIN:
+            outermost = above
+    if outermost is None or outermost.parent_span_id is not None:
+        return None
+    return agent_span_name(outermost.name)
+
+
+def _upper_text(value: AttributeValue | None) -> str:
+    return value.strip().upper() if isinstance(value, str) else ""
+
+
+_AGENT_SPAN_METHOD = re.compile(
+    r"^(?P<agent>.+?)\.(?:a?run|run_sync|run_stream|a?invoke|a?call|__call__|a?execute|a?step"
+    r"|a?forward)$"
+)
+"""An agent span named after the agent's method (`manager.run`, `Researcher.invoke`):
+OpenInference instrumentors (smolagents) name AGENT spans so and set no `agent.name`."""
+
+
+def agent_span_name(name: str) -> str | None:
+    """The agent an agent-invocation span is named after: its name without a trailing
+    method (`manager.run` → `manager`)."""
+    name = name.strip()
+    match = _AGENT_SPAN_METHOD.match(name)
+    return (match.group("agent").strip() if match else name) or None
+
+
+def _tools_to_their_callers(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """Tool steps of an "agent" that did nothing but run tools (a graph's tool-executing
+    node such as LangGraph's `ToolNode`, or no agent at all, so the tool's span name or
+    the service stood in) belong to the agent whose step asked for the call: the latest
+    earlier step of another agent that reads `tool(…)`."""
+    kinds: dict[str, set[StepKind]] = {}
+    for step in steps:
+        kinds.setdefault(step.agent, set()).add(step.kind)
+    executors = {agent for agent, seen in kinds.items() if seen == {StepKind.TOOL}}
+    if not executors:
+        return steps
+    moved = list(steps)
+    for position, step in enumerate(steps):
+        if step.agent not in executors or not step.tool_name:
+            continue
+        asked = f"{step.tool_name}("
+        caller = next(
+            (
+                earlier
+                for earlier in reversed(steps[:position])
+                if earlier.agent not in executors and asked in earlier.content
+            ),
+            None,
+        )
+        if caller is not None:
+            moved[position] = step.model_copy(update={"agent": caller.agent})
+    return tuple(moved)
 
 
 def _utc(nanos: int) -> datetime | None:
@@ -182,7 +428,8 @@ def _step(
         index=position,
         agent=_agent(span, mapped, parent_of, by_key),
         kind=facts.kind,
-        content=facts.content or "",
+        # A failed call that produced nothing reads as its error.
+        content=facts.content or facts.error or "",
         role=facts.role,
         tool_name=facts.tool_name,
         tool_arguments=facts.tool_arguments,
@@ -219,18 +466,31 @@ def _trajectory(
         return text
 
     root_facts = mapped[_key(root)]
-    first_step_facts = mapped[_key(step_spans[0])] if step_spans else None
+    # A tool's arguments are never the user's text: the first step that is not a tool's.
+    first_step_facts = next(
+        (facts for span in step_spans if (facts := mapped[_key(span)]).kind is not StepKind.TOOL),
+        None,
+    )
     task = _first_of(
         attribute(c.RUN_TASK),
         next((step.content for step in steps if step.kind is StepKind.HUMAN), None),
         root_facts.user_input,
-        root_facts.input,
+        task_text(root_facts.input),
+        _first_crew_task(root),
         first_step_facts.user_input if first_step_facts else None,
-        first_step_facts.input if first_step_facts else None,
+        task_text(first_step_facts.input) if first_step_facts else None,
+        # Call arguments naming no user text are still better than no task at all.
+        root_facts.input,
     )
     final_answer = attribute(c.RUN_FINAL_ANSWER)
     if final_answer is None and not any(span is root for span in step_spans):
-        final_answer = root_facts.content
+        # A root that failed tells its error in its output (Agno, BeeAI): that is no answer.
+        failed = root_facts.status is StepStatus.ERROR
+        final_answer = None if failed else answer_text(root_facts.content)
+        if final_answer is None:
+            final_answer = _last_reply(step_spans, steps)
+        else:
+            final_answer = _quoted_reply(final_answer, step_spans, steps)
     return Trajectory(
         run_id=run_id,
         task=task or "",
@@ -239,6 +499,119 @@ def _trajectory(
         steps=steps,
         metadata=_metadata(root, ordered, attribute),
     )
+
+
+_TASK_KEYS = ("task", "input", "query", "question", "prompt", "user_input", "message", "messages")
+"""Where a framework's JSON call arguments put the user's text (smolagents `run(task=…)`,
+AutoGen `run(task=…)`, LangChain `{"input": …}`, `{"messages": [...]}`)."""
+
+
+def task_text(text: str | None) -> str | None:
+    """The user's text in an input that is a JSON object of call arguments (`{"task":
+    "…", "stream": false}`); None when such arguments hold none (LlamaIndex's
+    `{"start_event": "AgentWorkflowStartEvent()", …}`); other input as it is."""
+    if not text or not text.lstrip().startswith(("{", "[")):
+        return text
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    return _user_text(value, depth=0)
+
+
+def _user_text(value: object, *, depth: int) -> str | None:
+    if depth > 4:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, list):
+        # Messages: the last one a user wrote, else the last with text.
+        for item in reversed(value):
+            if isinstance(item, dict) and str(item.get("role", item.get("type", ""))).lower() in (
+                "user",
+                "human",
+                "usermessage",
+                "humanmessage",
+            ):
+                found = _user_text(item.get("content"), depth=depth + 1)
+                if found:
+                    return found
+        texts = [text for item in value if (text := _user_text(item, depth=depth + 1))]
+        return texts[-1] if texts else None
+    if isinstance(value, dict):
+        for key in (*_TASK_KEYS, "content", "text"):
+            if key in value and (found := _user_text(value[key], depth=depth + 1)):
+                return found
+        if len(value) == 1:
+            # The arguments gathered under one name (DSPy's `{"input_args": {…}}`).
+            return _user_text(next(iter(value.values())), depth=depth + 1)
+        return None
+    return None
+
+
+def _quoted_reply(text: str, step_spans: Sequence[SpanRecord], steps: Sequence[Step]) -> str:
+    """The run's last reply when the root's output is an object serialised around it, the
+    reply quoted inside (LlamaIndex's `StopEvent(result=AgentOutput(… text='…')…)`, cut
+    short); else the root's output as it is."""
+    reply = _last_reply(step_spans, steps)
+    if reply is None or reply == text.strip():
+        return text
+    quoted = any(f"{quote}{reply}" in text for quote in ("'", '"'))
+    return reply if quoted else text
+
+
+def _last_reply(step_spans: Sequence[SpanRecord], steps: Sequence[Step]) -> str | None:
+    """The run's last step when it is a model's reply that answers (ended without error and
+    calls no tool): the final answer of a run whose root carries no output (the OpenAI
+    Agents SDK's trace span)."""
+    if not steps:
+        return None
+    last, span = steps[-1], step_spans[-1]
+    if last.kind is not StepKind.LLM or last.status is StepStatus.ERROR or requests_tools(span):
+        return None
+    return last.content.strip() or None
+
+
+def answer_text(text: str | None) -> str | None:
+    """The answer in an output that is a JSON object holding the conversation (`{"messages":
+    [...], "stop_reason": …}`: an AutoGen team's result, a LangGraph state): the text of
+    its last message that has text; else the output as it is."""
+    if not text or not text.lstrip().startswith("{"):
+        return text
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if not isinstance(messages, list):
+        return text
+    for message in reversed(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if content is None and isinstance(message.get("kwargs"), dict):
+            content = message["kwargs"].get("content")  # a LangChain-serialised message
+        if isinstance(content, str) and content.strip():
+            return content
+    return text
+
+
+def _first_crew_task(root: SpanRecord) -> str | None:
+    """A CrewAI crew's kickoff (its root) lists the crew's tasks (`crew_tasks`): the
+    user's text is the first task's description."""
+    value = root.attributes.get(c.CREWAI_CREW_TASKS)
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return None
+    try:
+        tasks = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(tasks, list) or not tasks or not isinstance(tasks[0], dict):
+        return None
+    description = tasks[0].get("description")
+    if not isinstance(description, str):
+        return None
+    return description.strip() or None
 
 
 def _first_of(*values: str | None) -> str | None:

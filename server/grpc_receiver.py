@@ -11,7 +11,7 @@ import time
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from faultfinder.sdk.conventions import PROJECT_HEADER
+from faultfinder.conventions import PROJECT_HEADER
 from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
 from faultfinder.server.otlp.decode import DecodeError, decode_request
@@ -88,7 +88,8 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+        # The generated gRPC module carries no annotations.
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _TraceService(self._writer, self._keys), server
         )
         self.port = server.add_insecure_port(self._address)

@@ -46,8 +46,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Attribution
-from faultfinder.sdk import conventions as c
 from faultfinder.server.db.models import (
     AttributionTable,
     LabelTable,

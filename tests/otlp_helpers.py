@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Trajectory
-from faultfinder.sdk import conventions as c
 from faultfinder.server.otlp.decode import decode_protobuf
 from faultfinder.server.otlp.model import SpanRecord
 

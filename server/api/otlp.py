@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import time
 
+import orjson
 from google.rpc import status_pb2
-from litestar import Controller, Request, Response, post
+from litestar import Controller, MediaType, Request, Response, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
-from faultfinder.sdk.conventions import PROJECT_HEADER
+from faultfinder.conventions import PROJECT_HEADER
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
 from faultfinder.server.otlp.decode import (
     BodyTooLargeError,
@@ -43,8 +44,10 @@ def _status_body(code: int, message: str, *, as_json: bool) -> bytes:
     if as_json:
         from google.protobuf import json_format
 
-        return json_format.MessageToJson(status).encode()
-    return status.SerializeToString()
+        text: str = json_format.MessageToJson(status)
+        return text.encode()
+    body: bytes = status.SerializeToString()
+    return body
 
 
 def _error(
@@ -115,12 +118,11 @@ class OtlpTraceController(Controller):
         writer: SpanWriter = request.app.state.writer
         content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if content_type not in (PROTOBUF, JSON):
+            detail = (
+                f"unsupported content type {content_type or '(none)'!r}; send {PROTOBUF} or {JSON}"
+            )
             return Response(
-                {
-                    "detail": f"unsupported content type {content_type or '(none)'!r}; "
-                    f"send {PROTOBUF} or {JSON}"
-                },
-                status_code=415,
+                orjson.dumps({"detail": detail}), status_code=415, media_type=MediaType.JSON
             )
         as_json = content_type == JSON
         inflight: InflightBytes = request.app.state.ingest_inflight

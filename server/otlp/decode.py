@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from faultfinder.sdk import conventions as c
+from faultfinder import conventions as c
 from faultfinder.server.errors import BodyTooLargeError, DecodeError, UnsupportedEncodingError
 from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord, StatusCode
 

@@ -47,10 +47,12 @@ class Framework:
 
     @property
     def pinned(self) -> dict[str, str]:
-        """Package → version of the framework and instrumentation pins."""
-        return dict(
+        """Package → version of the framework and instrumentation pins (the package's
+        name without its extras: `pydantic-ai-slim[openai]` is `pydantic-ai-slim`)."""
+        pins = (
             requirement.split("==", 1) for requirement in (*self.packages, *self.instrumentation)
         )
+        return {name.split("[", 1)[0]: pinned for name, pinned in pins}
 
 
 FRAMEWORKS: tuple[Framework, ...] = (
@@ -70,6 +72,247 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "manager + managed agent (tool-calling)",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="crewai",
+        module="test_crewai.py",
+        packages=("crewai==1.15.30",),
+        instrumentation=("openinference-instrumentation-crewai==1.1.21",),
+        reads=(
+            "openinference.span.kind",
+            "graph.node.id (the agent's role)",
+            "crew_tasks (the first task's description)",
+            "input.value / output.value (`raw`)",
+            "tool.name",
+        ),
+        scenarios=(
+            "researcher (tool) + writer, two sequential tasks",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="crewai+openai",
+        module="test_crewai.py",
+        packages=("crewai==1.15.30",),
+        instrumentation=(
+            "openinference-instrumentation-crewai==1.1.21",
+            # CrewAI calls OpenAI-compatible models through the openai client.
+            "openinference-instrumentation-openai==0.1.66",
+        ),
+        reads=(
+            *(
+                "openinference.span.kind",
+                "graph.node.id (the agent's role)",
+                "crew_tasks (the first task's description)",
+                "input.value / output.value (`raw`)",
+                "tool.name",
+            ),
+            "llm.output_messages.*.message.tool_calls",
+        ),
+        scenarios=(
+            "researcher (tool) + writer, two sequential tasks",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="dspy",
+        module="test_dspy.py",
+        packages=("dspy==3.4.1",),
+        # DSPy's instrumentation traces the LM calls itself (`LM.__call__`).
+        instrumentation=("openinference-instrumentation-dspy==0.1.48",),
+        reads=(
+            "openinference.span.kind",
+            "root CHAIN span name `<module>.forward` (the agent)",
+            "input.value (`input_args`)",
+            "output.value (JSON strings, `answer`)",
+            "ReAct fields `next_tool_name` / `next_tool_args` in the LM's text",
+        ),
+        scenarios=(
+            "ReAct with a tool (ChatAdapter)",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="openai-agents",
+        module="test_openai_agents.py",
+        packages=("openai-agents==0.24.0",),
+        instrumentation=("openinference-instrumentation-openai-agents==2.6.0",),
+        extra=("openai>=1.50",),
+        reads=(
+            "openinference.span.kind",
+            "agent.name",
+            "llm.input_messages / llm.output_messages (flattened, tool_calls)",
+            "tool.name, input.value / output.value",
+            "the last model reply (the trace's root carries no output)",
+        ),
+        scenarios=(
+            "triage agent handing off to a specialist (function tool)",
+            "model endpoint 500",
+            "tool raises, escapes Runner.run",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="google-adk",
+        module="test_google_adk.py",
+        packages=("google-adk==2.13.0",),
+        instrumentation=("openinference-instrumentation-google-adk==1.0.5",),
+        extra=("litellm==1.110.2",),
+        reads=(
+            "openinference.span.kind",
+            "agent.name / gen_ai.agent.name",
+            "llm.output_messages (flattened, contents and tool_calls)",
+            "tool.name / gen_ai.tool.name, output.value (function response)",
+            "input.value (`new_message`)",
+        ),
+        scenarios=(
+            "coordinator transferring to a sub-agent (function tool), LiteLLM",
+            "model endpoint 500",
+            "tool raises, ends the run",
+            "tool raises, error fed back (on_tool_error_callback)",
+        ),
+    ),
+    Framework(
+        name="pydantic-ai",
+        module="test_pydantic_ai.py",
+        packages=("pydantic-ai-slim[openai]==2.68.0",),
+        # pydantic-ai instruments itself (Agent.instrument_all): no separate package.
+        instrumentation=(),
+        reads=(
+            "gen_ai.operation.name, gen_ai.agent.name",
+            "gen_ai.input.messages / gen_ai.output.messages",
+            "gen_ai.tool.name, tool_arguments / tool_response",
+            "final_result",
+        ),
+        scenarios=(
+            "orchestrator whose tool delegates to a second agent (function tool)",
+            "model endpoint 500",
+            "tool raises, ends the run",
+            "tool raises, model retries (ModelRetry)",
+        ),
+    ),
+    Framework(
+        name="autogen-agentchat",
+        module="test_autogen_agentchat.py",
+        packages=("autogen-agentchat==0.7.5", "autogen-core==0.7.5", "autogen-ext==0.7.5"),
+        instrumentation=("openinference-instrumentation-autogen-agentchat==0.1.22",),
+        # The OpenAI model client (autogen-ext's `openai` extra).
+        extra=("autogen-ext[openai]==0.7.5",),
+        reads=(
+            "openinference.span.kind",
+            "graph.node.id (the agent's name)",
+            "input.value (`task`)",
+            "output.value (the team's `messages`: the last one's text)",
+            "tool.name",
+            "llm.output_messages.*.message.tool_calls",
+            "autogen-core's gen_ai.operation.name `invoke_agent` / `execute_tool` "
+            "(one step with the instrumentation's tool span)",
+        ),
+        scenarios=(
+            "round-robin team: researcher (tool) + writer",
+            "building the team makes no run",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="ag2",
+        module="test_ag2.py",
+        packages=("ag2==1.2.1",),
+        # AG2 traces itself: `ag2.middleware.TelemetryMiddleware` (GenAI conventions).
+        instrumentation=(),
+        extra=("ag2[openai,tracing]==1.2.1",),
+        reads=(
+            "gen_ai.operation.name (`invoke_agent`, `chat`, `execute_tool`)",
+            "gen_ai.agent.name",
+            "gen_ai.input.messages / gen_ai.output.messages (OpenAI-shaped, `tool_calls`)",
+            "gen_ai.tool.name / gen_ai.tool.call.arguments / gen_ai.tool.call.result",
+        ),
+        scenarios=(
+            "coordinator delegating to a researcher agent-as-tool (tool-calling)",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="langgraph",
+        module="test_langgraph.py",
+        packages=("langgraph==1.2.24", "langchain-openai==1.8.1"),
+        instrumentation=("openinference-instrumentation-langchain==0.1.80",),
+        reads=(
+            "openinference.span.kind",
+            "metadata (`langgraph_checkpoint_ns`, `langgraph_node`)",
+            "llm.input_messages / llm.output_messages (`tool_calls`)",
+            "output.value (a LangChain message, a `messages` state)",
+            "tool.name",
+        ),
+        scenarios=(
+            "StateGraph nodes with a ToolNode",
+            "create_react_agent agents as nodes",
+            "model endpoint 500",
+            "tool raises and escapes",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="llamaindex",
+        module="test_llamaindex.py",
+        packages=("llama-index-core==0.14.25", "llama-index-llms-openai-like==0.8.1"),
+        instrumentation=("openinference-instrumentation-llama-index==4.6.1",),
+        reads=(
+            "openinference.span.kind",
+            "input.value (workflow event `current_agent_name`)",
+            "llm.input_messages / llm.output_messages (`tool_calls`)",
+            "output.value (`ToolOutput` blocks)",
+            "tool.name",
+        ),
+        scenarios=(
+            "AgentWorkflow: two FunctionAgents, a tool and a handoff",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="agno",
+        module="test_agno.py",
+        packages=("agno==3.1.10",),
+        instrumentation=("openinference-instrumentation-agno==1.0.15",),
+        # Agno's OpenAIChat model is the openai client's.
+        extra=("openai>=1.50",),
+        reads=(
+            "openinference.span.kind",
+            "AGENT span name `<agent>.run` / agent.name",
+            "input.value (the user's text)",
+            "llm.output_messages.*.message.tool_calls",
+            "tool.name, output.value",
+        ),
+        scenarios=(
+            "Team leader delegating to a member agent (function tool)",
+            "model endpoint 500",
+            "tool raises, error fed back",
+        ),
+    ),
+    Framework(
+        name="beeai",
+        module="test_beeai.py",
+        packages=("beeai-framework==0.1.85",),
+        instrumentation=("openinference-instrumentation-beeai==0.1.30",),
+        reads=(
+            "openinference.span.kind",
+            "agent.name",
+            "input.value (`input`)",
+            "llm.output_messages.*.message.tool_calls (`final_answer`'s response)",
+            "tool.name, output.value",
+            "event spans (`metadata.path`) folded into their span",
+        ),
+        scenarios=(
+            "RequirementAgent handing off to a second one (HandoffTool, function tool)",
             "model endpoint 500",
             "tool raises, error fed back",
         ),

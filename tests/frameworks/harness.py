@@ -11,6 +11,7 @@ API.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -84,13 +85,26 @@ class Pipeline:
 
     def invoke(self, work: Callable[[], object]) -> tuple[object, BaseException | None]:
         """Run `work` (one invocation of the agents) and flush its spans; returns its result
-        or the exception that escaped it."""
-        try:
-            return work(), None
-        except Exception as exc:
-            return None, exc
-        finally:
-            self.provider.force_flush()
+        or the exception that escaped it.
+
+        Each invocation runs on a thread of its own, with a fresh context, as a service's
+        request handler does: an instrumentation that leaves its span current after a
+        failure (smolagents when the model endpoint fails: the agent span is never ended
+        nor detached) would otherwise make every later invocation a child of that span.
+        """
+        outcome: list[tuple[object, BaseException | None]] = []
+
+        def target() -> None:
+            try:
+                outcome.append((work(), None))
+            except Exception as exc:
+                outcome.append((None, exc))
+
+        thread = threading.Thread(target=target, name="invocation")
+        thread.start()
+        thread.join()
+        self.provider.force_flush()
+        return outcome[0]
 
     def the_run(
         self, before: set[str], *, statuses: Sequence[str], timeout: float = 60
@@ -103,11 +117,17 @@ class Pipeline:
             assert len(new) <= 1, f"one invocation made {len(new)} runs: {_brief(new)}"
             if new and new[0]["status"] in statuses:
                 detail = self.detail(new[0]["id"])
-                if detail["status"] in statuses:
+                # A run is `attributed` at its first attribution: wait for all of them.
+                answered = {a["method"] for a in detail.get("attributions") or ()}
+                if detail["status"] in statuses and (
+                    detail["status"] != "attributed" or answered >= set(ATTRIBUTORS)
+                ):
                     return detail
             if time.monotonic() > deadline:
+                everywhere = httpx.get(f"{self.sidecar.url}/api/runs", params={"limit": 20})
                 raise AssertionError(
                     f"no run reached {statuses} within {timeout} s: {_brief(new)}\n"
+                    f"(the sidecar's newest runs: {_brief(everywhere.json()['items'])})\n"
                     f"--- sidecar log ---\n{self.sidecar.log()[-4000:]}"
                 )
             time.sleep(0.1)

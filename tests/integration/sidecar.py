@@ -15,7 +15,9 @@ from pathlib import Path
 
 import httpx
 
-FAULTFINDER = Path(os.environ.get("FAULTFINDER_BIN") or Path(sys.executable).with_name("faultfinder"))
+FAULTFINDER = Path(
+    os.environ.get("FAULTFINDER_BIN") or Path(sys.executable).with_name("faultfinder")
+)
 """The `faultfinder` command: this interpreter's, or `$FAULTFINDER_BIN` (the conformance
 suite runs in framework environments without the server and points here at the main one)."""
 ROOT = Path(__file__).resolve().parents[2]

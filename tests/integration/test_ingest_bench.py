@@ -21,10 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from faultfinder import conventions as c
 from faultfinder.benchmarks.cli import bench
 from faultfinder.benchmarks.ingest import ingest, report_lines
 from faultfinder.benchmarks.otlp_traces import prepare_requests
-from faultfinder.sdk import conventions as c
 from tests.integration.sidecar import running_sidecar
 
 

@@ -24,9 +24,9 @@ from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttribu
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 
+from faultfinder import conventions as c
 from faultfinder.attributors.local_model import LocalModelServer
 from faultfinder.sdk import Client, configure, shutdown
-from faultfinder.sdk import conventions as c
 from tests.integration.sidecar import Sidecar, running_sidecar
 from tests.llm_server import running_local_model
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import SQLModel
 
-from faultfinder.sdk import conventions as c
+from faultfinder import conventions as c
 from faultfinder.server import lifecycle
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.otlp.model import SpanRecord, StatusCode

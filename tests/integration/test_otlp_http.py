@@ -180,7 +180,7 @@ def test_json_request_body_is_equivalent_to_protobuf(sidecar: Sidecar) -> None:
 
 
 def test_project_comes_from_the_header_or_the_resource(sidecar: Sidecar) -> None:
-    from faultfinder.sdk.conventions import PROJECT_NAME
+    from faultfinder.conventions import PROJECT_NAME
 
     with httpx.Client(base_url=sidecar.url, timeout=30) as client:
         by_header = client.post(

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.sdk import conventions as c
 from tests.integration.sidecar import running_sidecar
 from tests.llm_server import running_local_model
 from tests.otlp_helpers import protobuf_body, trajectory_spans

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.cli import bench
 from faultfinder.benchmarks.datasets import (
@@ -32,7 +33,6 @@ from faultfinder.benchmarks.datasets import (
     resolve_datasets_dir,
 )
 from faultfinder.benchmarks.replay import ReplayResult, replay, replay_records
-from faultfinder.sdk import conventions as c
 from tests.integration.test_ingest_bench import OtlpSink, running_sink
 
 LONG_CONTENT = "Zürich — 東京 ✓ naïve café; " * 2000  # ~54 KB, far past any default limit

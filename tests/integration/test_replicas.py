@@ -19,9 +19,9 @@ import httpx
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
+from faultfinder import conventions as c
 from faultfinder.attributors.base import AttributeOptions, get_attributor
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.sdk import conventions as c
 from tests.integration.sidecar import running_sidecar, running_worker
 from tests.otlp_helpers import protobuf_body, trajectory_spans
 

@@ -21,8 +21,8 @@ from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Trajectory
-from faultfinder.sdk import conventions as c
 from faultfinder.server.webhooks import SIGNATURE_HEADER, verify
 from tests.integration.sidecar import Sidecar, running_sidecar, running_worker
 from tests.llm_server import running_local_model

@@ -14,13 +14,13 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlmodel import SQLModel
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import (
     Attribution,
     AttributionStatus,
     Candidate,
     PredictionSet,
 )
-from faultfinder.sdk import conventions as c
 from faultfinder.server.db import models  # noqa: F401  (the tables compared with the migrations)
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade

@@ -12,11 +12,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import resolve_datasets_dir
-from faultfinder.sdk import conventions as c
 from faultfinder.server import assembler
-from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.server.assembler import assemble_trajectory, task_text
 from faultfinder.server.otlp.model import SpanRecord
 from tests.otlp_helpers import (
     MS,
@@ -319,12 +319,13 @@ def test_orphans_are_provisional_roots_until_the_root_arrives() -> None:
     without_root = span_records([span for span in recorded if span is not root])
 
     partial = assemble_trajectory("r", without_root)
-    # The agent of the missing root is unknown; the orphans fall back to their span names.
+    # The agent of the missing root is unknown; the orphans fall back to the program that
+    # sent them (`service.name`), never to an LLM or tool span's name.
     assert [s.agent for s in partial.steps] == [
-        "chat gpt-4o",
+        "travel-agents",
         "WebSurfer",
         "WebSurfer",
-        "execute_tool run_python",
+        "travel-agents",
     ]
     # The earliest orphan stands in as the run root.
     assert partial.metadata["root_span_id"] == partial.steps[0].span_id
@@ -459,3 +460,713 @@ def test_empty_and_cyclic_inputs_still_give_a_trajectory() -> None:
 
 def test_the_module_exports_only_assemble_trajectory() -> None:
     assert assembler.__all__ == ["assemble_trajectory"]
+
+
+def test_an_agent_span_named_after_its_method_names_the_agent() -> None:
+    # smolagents: AGENT spans are named `<agent>.run` and carry no `agent.name`.
+    recorder = SpanRecorder()
+    manager = recorder.span(
+        "manager.run",
+        start=T0,
+        end=T0 + 10 * MS,
+        attributes={
+            "openinference.span.kind": "AGENT",
+            "input.value": '{"task": "Lyon?", "stream": false}',
+        },
+    )
+    recorder.span(
+        "OpenAIModel.generate",
+        parent=manager,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={"openinference.span.kind": "LLM", "output.value": "census_agent(...)"},
+    )
+    census = recorder.span(
+        "census_agent.run",
+        parent=manager,
+        start=T0 + 3 * MS,
+        end=T0 + 6 * MS,
+        attributes={"openinference.span.kind": "AGENT"},
+    )
+    recorder.span(
+        "census_lookup",
+        parent=census,
+        start=T0 + 4 * MS,
+        end=T0 + 5 * MS,
+        attributes={"openinference.span.kind": "TOOL", "tool.name": "census_lookup"},
+    )
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert [s.agent for s in result.steps] == ["manager", "census_agent"]
+    # The root's input is the run's call arguments as JSON: the task is the user's text.
+    assert result.task == "Lyon?"
+
+
+@pytest.mark.parametrize(
+    ("text", "task"),
+    [
+        ('{"task": "Population of Lyon?", "stream": false, "reset": true}', "Population of Lyon?"),
+        (
+            '{"messages": [{"role": "system", "content": "be nice"},'
+            ' {"role": "user", "content": "hi"}]}',
+            "hi",
+        ),
+        ('{"input": {"question": "deep?"}}', "deep?"),
+        ('{"a": 1, "b": 2}', None),
+        ('{"start_event": "AgentWorkflowStartEvent()", "tags": {}}', None),
+        ("plain text", "plain text"),
+        ("{not json", "{not json"),
+    ],
+)
+def test_task_text_unwraps_call_arguments(text: str, task: str | None) -> None:
+    assert task_text(text) == task
+
+
+def openai_agents_spans(*, last: str) -> tuple[ReadableSpan, ...]:
+    """A handoff as openinference-instrumentation-openai-agents records it: the SDK's
+    trace is an AGENT root with no input or output; the agents' spans carry `agent.name`.
+    `last`: the specialist's last model call `answers`, `calls` a tool, or `fails`."""
+    recorder = SpanRecorder()
+    root = recorder.span(
+        "Agent workflow",
+        start=T0,
+        end=T0 + 20 * MS,
+        attributes={"openinference.span.kind": "AGENT"},
+    )
+    triage = recorder.span(
+        "triage",
+        parent=root,
+        start=T0 + MS,
+        end=T0 + 3 * MS,
+        attributes={"openinference.span.kind": "AGENT", "agent.name": "triage"},
+    )
+    recorder.span(
+        "generation",
+        parent=triage,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={
+            "openinference.span.kind": "LLM",
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "Lyon?",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "transfer",
+        },
+    )
+    census = recorder.span(
+        "census_agent",
+        parent=root,
+        start=T0 + 4 * MS,
+        end=T0 + 19 * MS,
+        attributes={"openinference.span.kind": "AGENT", "agent.name": "census_agent"},
+    )
+    final: dict[str, str] = {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+    }
+    if last == "calls":
+        final["llm.output_messages.0.message.tool_calls.0.tool_call.function.name"] = "lookup"
+    else:
+        final["llm.output_messages.0.message.content"] = "Lyon has 225,520 inhabitants."
+    recorder.span(
+        "generation",
+        parent=census,
+        start=T0 + 5 * MS,
+        end=T0 + 6 * MS,
+        attributes=final,
+        error="model overloaded" if last == "fails" else None,
+    )
+    return recorder.spans
+
+
+def test_a_root_without_output_takes_the_last_model_reply_as_final_answer() -> None:
+    result = assemble_trajectory("r", span_records(openai_agents_spans(last="answers")))
+    assert [s.agent for s in result.steps] == ["triage", "census_agent"]
+    assert result.task == "Lyon?"
+    assert result.final_answer == "Lyon has 225,520 inhabitants."
+
+
+@pytest.mark.parametrize("last", ["calls", "fails"])
+def test_a_last_model_call_that_calls_a_tool_or_fails_is_no_final_answer(last: str) -> None:
+    result = assemble_trajectory("r", span_records(openai_agents_spans(last=last)))
+    assert result.steps[-1].agent == "census_agent"
+    assert result.final_answer is None
+
+
+def tool_recorded_twice_spans(*, fails: bool) -> tuple[ReadableSpan, ...]:
+    """One tool call as AutoGen AgentChat records it with the global tracer provider set:
+    the OpenInference TOOL span (arguments, result, status OK even when the tool raised)
+    around autogen-core's GenAI `execute_tool` span (no content; the error, if any)."""
+    recorder = SpanRecorder()
+    agent = recorder.span(
+        "researcher.on_messages_stream",
+        start=T0,
+        end=T0 + 10 * MS,
+        attributes={"openinference.span.kind": "AGENT", "graph.node.id": "researcher"},
+    )
+    outer = recorder.span(
+        "researcher.census_lookup",
+        parent=agent,
+        start=T0 + MS,
+        end=T0 + 4 * MS,
+        attributes={
+            "openinference.span.kind": "TOOL",
+            "tool.name": "census_lookup",
+            "input.value": '{"city": "Lyon"}',
+            "output.value": "census timed out" if fails else "Lyon: 522,250",
+        },
+    )
+    recorder.span(
+        "execute_tool census_lookup",
+        parent=outer,
+        start=T0 + 2 * MS,
+        end=T0 + 3 * MS,
+        attributes={
+            c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL,
+            c.GEN_AI_TOOL_NAME: "census_lookup",
+        },
+        error="census timed out" if fails else None,
+    )
+    return recorder.spans
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_tool_call_recorded_by_two_instrumentations_is_one_step(fails: bool) -> None:
+    result = assemble_trajectory("r", span_records(tool_recorded_twice_spans(fails=fails)))
+    (step,) = result.steps
+    assert (step.agent, step.kind, step.tool_name) == ("researcher", StepKind.TOOL, "census_lookup")
+    assert step.metadata["span_name"] == "researcher.census_lookup"
+    assert step.tool_arguments == '{"city": "Lyon"}'
+    if fails:
+        # The error only the inner record saw is the step's.
+        assert step.status is StepStatus.ERROR and step.error == "census timed out"
+        assert step.content == "census timed out"
+    else:
+        assert step.status is not StepStatus.ERROR
+        assert step.content == step.tool_result == "Lyon: 522,250"
+
+
+def test_a_tool_span_around_other_work_stays_a_container() -> None:
+    recorder = SpanRecorder()
+    delegate = recorder.span(
+        "execute_tool task_researcher",
+        start=T0,
+        end=T0 + 10 * MS,
+        attributes={c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL, c.GEN_AI_TOOL_NAME: "delegate"},
+    )
+    recorder.span(
+        "execute_tool census_lookup",
+        parent=delegate,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={c.GEN_AI_OPERATION_NAME: c.OP_EXECUTE_TOOL, c.GEN_AI_TOOL_NAME: "census"},
+    )
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert [s.tool_name for s in result.steps] == ["census"]
+
+
+@pytest.mark.parametrize(
+    ("output", "answer"),
+    [
+        # An AutoGen TaskResult: the last message with text, not the tool events.
+        (
+            {
+                "messages": [
+                    {"source": "user", "content": "Lyon?", "type": "TextMessage"},
+                    {"source": "writer", "content": "Lyon has 522,250.", "type": "TextMessage"},
+                    {"source": "writer", "content": [{"name": "f"}], "type": "ToolCallEvent"},
+                ],
+                "stop_reason": "Text 'TERMINATE' mentioned",
+            },
+            "Lyon has 522,250.",
+        ),
+        ({"messages": [{"kwargs": {"content": "Done."}, "type": "constructor"}]}, "Done."),
+        ({"messages": []}, '{"messages": []}'),
+    ],
+)
+def test_a_root_output_holding_the_conversation_answers_with_its_last_message(
+    output: dict[str, object], answer: str
+) -> None:
+    recorder = SpanRecorder()
+    text = json.dumps(output)
+    root = recorder.span(
+        "RoundRobinGroupChat.run_stream",
+        start=T0,
+        end=T0 + 10 * MS,
+        attributes={"openinference.span.kind": "CHAIN", "output.value": text},
+    )
+    recorder.span(
+        "create",
+        parent=root,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_OUTPUT_MESSAGES: "x"},
+    )
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert result.final_answer == answer
+
+
+def _graph_spans(*, tool_fails: bool = False) -> SpanRecorder:
+    """A graph whose `researcher` node asks for a tool that a separate `tools` node runs,
+    then a `writer` node answers (LangGraph's ToolNode pattern)."""
+
+    def node(name: str) -> dict[str, object]:
+        return {c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_CHAIN, c.OI_GRAPH_NODE_ID: name}
+
+    recorder = SpanRecorder()
+    root = recorder.span("graph", start=T0, end=T0 + 10 * MS)
+    researcher = recorder.span("researcher", parent=root, start=T0, end=T0 + 2 * MS)
+    recorder.span(
+        "ChatOpenAI",
+        parent=researcher,
+        start=T0,
+        end=T0 + MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_LLM,
+            c.OI_AGENT_NAME: "researcher",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "census",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{}",
+        },
+    )
+    tools = recorder.span(
+        "tools", parent=root, start=T0 + 3 * MS, end=T0 + 5 * MS, attributes=node("tools")
+    )
+    recorder.span(
+        "census",
+        parent=tools,
+        start=T0 + 3 * MS,
+        end=T0 + 4 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_TOOL,
+            c.OI_TOOL_NAME: "census",
+            c.OI_AGENT_NAME: "tools",
+            **({} if tool_fails else {c.OI_OUTPUT_VALUE: "522,250"}),
+        },
+        error="CensusDown: timed out" if tool_fails else None,
+    )
+    recorder.span(
+        "ChatOpenAI",
+        parent=root,
+        start=T0 + 6 * MS,
+        end=T0 + 7 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_LLM,
+            c.OI_AGENT_NAME: "writer",
+            "llm.output_messages.0.message.content": "225,520",
+        },
+    )
+    return recorder
+
+
+def test_tool_steps_of_a_node_that_only_runs_tools_belong_to_the_agent_that_asked() -> None:
+    result = assemble_trajectory("r", span_records(_graph_spans().spans))
+    assert [(s.agent, s.kind, s.tool_name) for s in result.steps] == [
+        ("researcher", StepKind.LLM, None),
+        ("researcher", StepKind.TOOL, "census"),
+        ("writer", StepKind.LLM, None),
+    ]
+    # Nobody asked for it: the tool keeps the agent it had.
+    recorder = SpanRecorder()
+    recorder.span(
+        "census",
+        start=T0,
+        end=T0 + MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_TOOL, c.OI_TOOL_NAME: "census"},
+    )
+    (alone,) = assemble_trajectory("r", span_records(recorder.spans)).steps
+    assert alone.agent != "researcher" and alone.kind is StepKind.TOOL
+
+
+def test_a_failed_step_that_produced_nothing_reads_as_its_error() -> None:
+    result = assemble_trajectory("r", span_records(_graph_spans(tool_fails=True).spans))
+    failed = result.steps[1]
+    assert (failed.agent, failed.status) == ("researcher", StepStatus.ERROR)
+    assert failed.content == failed.error == "CensusDown: timed out"
+
+
+def test_a_root_output_quoting_the_last_reply_answers_with_the_reply() -> None:
+    def run(root_output: str) -> str | None:
+        recorder = SpanRecorder()
+        root = recorder.span(
+            "workflow.run",
+            start=T0,
+            end=T0 + 3 * MS,
+            attributes={c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_CHAIN, c.OI_OUTPUT_VALUE: root_output},
+        )
+        recorder.span(
+            "llm",
+            parent=root,
+            start=T0,
+            end=T0 + MS,
+            attributes={
+                c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_LLM,
+                c.OI_AGENT_NAME: "writer",
+                "llm.output_messages.0.message.content": "Lyon has 225,520 inhabitants.",
+            },
+        )
+        return assemble_trajectory("r", span_records(recorder.spans)).final_answer
+
+    cut_short = (
+        "StopEvent(result=AgentOutput(blocks=[TextBlock(text='Lyon has 225,520 inhabitants.')"
+        "]), stru..."
+    )
+    assert run(cut_short) == "Lyon has 225,520 inhabitants."
+    # A root that says more than the reply, unquoted, is the answer as it is.
+    assert run("Summary: Lyon has 225,520 inhabitants.") == "Summary: Lyon has 225,520 inhabitants."
+
+
+# --- agent turns without model spans, programs as agents, crews' tasks ----------------------
+
+
+def _crew_without_model_spans() -> list[SpanRecord]:
+    """CrewAI traced by its own instrumentation alone: task spans (AGENT) around tool spans,
+    no LLM span anywhere."""
+    recorder = SpanRecorder()
+    tasks = json.dumps(
+        [
+            {"description": "What is the population of Lyon?", "agent_role": "Researcher"},
+            {"description": "Write one sentence.", "agent_role": "Writer"},
+        ]
+    )
+    crew = recorder.tracer.start_span(
+        "Crew_1.kickoff",
+        start_time=T0,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "CHAIN",
+            c.CREWAI_CREW_TASKS: tasks,
+            c.OI_OUTPUT_VALUE: json.dumps({"raw": "Lyon, a city of 225,520.", "tasks_output": []}),
+        },
+    )
+    researcher = recorder.tracer.start_span(
+        "Researcher._execute_core",
+        context=trace.set_span_in_context(crew),
+        start_time=T0 + MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_GRAPH_NODE_ID: "Researcher",
+            c.OI_INPUT_VALUE: json.dumps({"agent": {"role": "Researcher"}, "context": ""}),
+            c.OI_OUTPUT_VALUE: json.dumps({"raw": "Lyon has 225,520 inhabitants."}),
+        },
+    )
+    recorder.span(
+        "census_lookup.run",
+        parent=researcher,
+        start=T0 + 2 * MS,
+        end=T0 + 3 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+            c.OI_TOOL_NAME: "census_lookup",
+            c.OI_INPUT_VALUE: '{"city": "Lyon"}',
+            c.OI_OUTPUT_VALUE: "Lyon: 522,250 inhabitants",
+        },
+    )
+    researcher.end(end_time=T0 + 4 * MS)
+    recorder.span(
+        "Writer._execute_core",
+        parent=crew,
+        start=T0 + 5 * MS,
+        end=T0 + 6 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_GRAPH_NODE_ID: "Writer",
+            c.OI_OUTPUT_VALUE: json.dumps({"raw": "Lyon, a city of 225,520."}),
+        },
+    )
+    crew.end(end_time=T0 + 7 * MS)
+    return span_records(recorder.spans)
+
+
+def test_an_agent_span_with_no_model_call_beneath_is_its_answer_after_its_tools() -> None:
+    result = assemble_trajectory("r", _crew_without_model_spans())
+    assert [(s.agent, s.kind, s.tool_name, s.content) for s in result.steps] == [
+        ("Researcher", StepKind.TOOL, "census_lookup", "Lyon: 522,250 inhabitants"),
+        ("Researcher", StepKind.MESSAGE, None, "Lyon has 225,520 inhabitants."),
+        ("Writer", StepKind.MESSAGE, None, "Lyon, a city of 225,520."),
+    ]
+    assert result.final_answer == "Lyon, a city of 225,520."
+
+
+def _delegating_tool(*, member_inside: bool) -> list[SpanRecord]:
+    """A leader's tool that hands the task to a member agent whose run is traced beside the
+    tool's span, not beneath it (Agno's `delegate_task_to_member`); `member_inside`: the
+    member's model turns begin while the tool runs, else after it ended (two tools)."""
+    recorder = SpanRecorder()
+    leader = recorder.tracer.start_span(
+        "coordinator.run",
+        start_time=T0,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "AGENT", c.OI_AGENT_NAME: "coordinator"},
+    )
+
+    def llm(parent: trace.Span, at: int, text: str | None, tool: str | None = None) -> None:
+        attributes: dict[str, str] = {
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            "llm.output_messages.0.message.role": "assistant",
+        }
+        if text is not None:
+            attributes["llm.output_messages.0.message.content"] = text
+        if tool is not None:
+            prefix = "llm.output_messages.0.message.tool_calls.0.tool_call.function."
+            attributes[prefix + "name"] = tool
+            attributes[prefix + "arguments"] = "{}"
+        recorder.span("chat", parent=parent, start=at, end=at + MS // 2, attributes=attributes)
+
+    def tool(parent: trace.Span, name: str, start: int, end: int, result: str) -> None:
+        attributes = {
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+            c.OI_TOOL_NAME: name,
+            c.OI_OUTPUT_VALUE: result,
+        }
+        recorder.span(name, parent=parent, start=start, end=end, attributes=attributes)
+
+    llm(leader, T0 + MS, None, "delegate")
+    delegate_end = T0 + 9 * MS if member_inside else T0 + 3 * MS
+    tool(leader, "delegate", T0 + 2 * MS, delegate_end, "Lyon has 225,520 inhabitants.")
+    member_start = T0 + 3 * MS if member_inside else T0 + 4 * MS
+    member = recorder.tracer.start_span(
+        "researcher.run",
+        context=trace.set_span_in_context(leader),
+        start_time=member_start,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "AGENT", c.OI_AGENT_NAME: "researcher"},
+    )
+    llm(member, member_start + MS, None, "census_lookup")
+    tool(member, "census_lookup", member_start + 2 * MS, member_start + 3 * MS, "522,250")
+    llm(member, member_start + 4 * MS, "Lyon has 225,520 inhabitants.")
+    member.end(end_time=member_start + 5 * MS)
+    llm(leader, T0 + 10 * MS, "Lyon has 225,520 inhabitants.")
+    leader.end(end_time=T0 + 11 * MS)
+    return span_records(recorder.spans)
+
+
+def test_a_tool_during_which_another_agent_worked_reads_at_its_end() -> None:
+    result = assemble_trajectory("r", _delegating_tool(member_inside=True))
+    assert [(s.agent, s.kind, s.tool_name) for s in result.steps] == [
+        ("coordinator", StepKind.LLM, None),
+        ("researcher", StepKind.LLM, None),
+        ("researcher", StepKind.TOOL, "census_lookup"),
+        ("researcher", StepKind.LLM, None),
+        # The member's answer, returned to the leader: after the member gave it.
+        ("coordinator", StepKind.TOOL, "delegate"),
+        ("coordinator", StepKind.LLM, None),
+    ]
+
+
+def test_a_tool_with_no_model_turn_during_it_reads_at_its_start() -> None:
+    result = assemble_trajectory("r", _delegating_tool(member_inside=False))
+    assert [(s.agent, s.tool_name) for s in result.steps][:3] == [
+        ("coordinator", None),
+        ("coordinator", "delegate"),
+        ("researcher", None),
+    ]
+
+
+def _spans_with_event_spans() -> list[SpanRecord]:
+    """An agent, its tool and its model, each with an instant child span of its own kind
+    recording one of its events (BeeAI: `error` beneath the tool that failed,
+    `final_answer` beneath the agent, `error` beneath a model call)."""
+    recorder = SpanRecorder()
+    agent = recorder.tracer.start_span(
+        "researcher",
+        start_time=T0,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_AGENT_NAME: "researcher",
+            c.OI_INPUT_VALUE: "Population of Lyon",
+            c.OI_OUTPUT_VALUE: "Lyon has 225,520 inhabitants.",
+        },
+    )
+    model = recorder.tracer.start_span(
+        "OpenAIChatModel",
+        context=trace.set_span_in_context(agent),
+        start_time=T0 + MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "census",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{}",
+        },
+    )
+    recorder.span(
+        "start",
+        parent=model,
+        start=T0 + MS,
+        end=T0 + MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "LLM", c.OI_INPUT_VALUE: '{"input": []}'},
+    )
+    model.end(end_time=T0 + 2 * MS)
+    census = recorder.tracer.start_span(
+        "census",
+        context=trace.set_span_in_context(agent),
+        start_time=T0 + 3 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+            c.OI_TOOL_NAME: "census",
+            c.OI_INPUT_VALUE: '{"city": "Lyon"}',
+        },
+    )
+    recorder.span(
+        "error",
+        parent=census,
+        start=T0 + 4 * MS,
+        end=T0 + 4 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "TOOL",
+            c.OI_OUTPUT_VALUE: "census service timed out",
+        },
+        error="Tool Error",
+    )
+    census.set_attribute(c.OI_OUTPUT_VALUE, "ToolError: census service timed out")
+    census.end(end_time=T0 + 5 * MS)
+    recorder.span(
+        "final_answer",
+        parent=agent,
+        start=T0 + 6 * MS,
+        end=T0 + 6 * MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "AGENT", c.OI_INPUT_VALUE: '{"delta": "…"}'},
+    )
+    agent.end(end_time=T0 + 7 * MS)
+    return span_records(recorder.spans)
+
+
+def test_an_instant_span_of_its_parents_kind_is_an_event_of_the_parent_not_a_step() -> None:
+    result = assemble_trajectory("r", _spans_with_event_spans())
+    assert [(s.agent, s.kind, s.tool_name, s.status) for s in result.steps] == [
+        ("researcher", StepKind.LLM, None, StepStatus.UNSET),
+        # The tool's own step, failed by the error its event recorded.
+        ("researcher", StepKind.TOOL, "census", StepStatus.ERROR),
+    ]
+    assert result.steps[1].content == "ToolError: census service timed out"
+    assert result.steps[1].error and "Tool Error" in result.steps[1].error
+    assert result.agents == ("researcher",)
+
+
+def test_a_failed_roots_output_is_its_error_not_the_final_answer() -> None:
+    recorder = SpanRecorder()
+    root = recorder.tracer.start_span(
+        "coordinator.run",
+        start_time=T0,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_AGENT_NAME: "coordinator",
+            c.OI_INPUT_VALUE: "What is the population of Lyon?",
+            c.OI_OUTPUT_VALUE: "scripted failure (500)",
+        },
+    )
+    recorder.span(
+        "chat",
+        parent=root,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "LLM"},
+        error="ModelProviderError: scripted failure (500)",
+    )
+    root.set_status(Status(StatusCode.ERROR, "run status: error"))
+    root.end(end_time=T0 + 3 * MS)
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert result.task == "What is the population of Lyon?"
+    assert result.final_answer is None
+    assert [(s.agent, s.status) for s in result.steps] == [("coordinator", StepStatus.ERROR)]
+
+
+def test_a_crews_task_is_its_first_tasks_description_never_a_tools_arguments() -> None:
+    result = assemble_trajectory("r", _crew_without_model_spans())
+    assert result.task == "What is the population of Lyon?"
+
+
+def test_a_tools_arguments_are_not_the_task() -> None:
+    recorder = SpanRecorder()
+    root = recorder.span("handle", start=T0, end=T0 + 10 * MS)
+    recorder.span(
+        "lookup",
+        parent=root,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "TOOL", c.OI_INPUT_VALUE: '{"city": "Lyon"}'},
+    )
+    recorder.span(
+        "chat",
+        parent=root,
+        start=T0 + 3 * MS,
+        end=T0 + 4 * MS,
+        attributes={
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_INPUT_MESSAGES: input_messages(("user", "How big is Lyon?")),
+            c.GEN_AI_OUTPUT_MESSAGES: output_messages("Big."),
+        },
+    )
+    assert assemble_trajectory("r", span_records(recorder.spans)).task == "How big is Lyon?"
+
+
+def test_an_agent_span_above_a_model_call_stays_a_container() -> None:
+    recorder = SpanRecorder()
+    agent = recorder.tracer.start_span(
+        "Researcher._execute_core",
+        start_time=T0,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_GRAPH_NODE_ID: "Researcher",
+            c.OI_OUTPUT_VALUE: json.dumps({"raw": "42"}),
+        },
+    )
+    recorder.span(
+        "ChatCompletion",
+        parent=agent,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": "42",
+        },
+    )
+    agent.end(end_time=T0 + 3 * MS)
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert [(s.agent, s.kind) for s in result.steps] == [("Researcher", StepKind.LLM)]
+
+
+def test_with_no_agent_span_the_outermost_chain_is_the_agent() -> None:
+    """DSPy: `ReAct.forward` (CHAIN) above predictor and adapter chains, LM and tool spans."""
+    recorder = SpanRecorder({"service.name": "my-service"})
+    program = recorder.tracer.start_span(
+        "ReAct.forward",
+        start_time=T0,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "CHAIN",
+            c.OI_INPUT_VALUE: json.dumps({"input_args": {"question": "How big is Lyon?"}}),
+            c.OI_OUTPUT_VALUE: json.dumps({"reasoning": "…", "answer": "Big."}),
+        },
+    )
+    predict = recorder.tracer.start_span(
+        "Predict.forward",
+        context=trace.set_span_in_context(program),
+        start_time=T0 + MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "CHAIN"},
+    )
+    recorder.span(
+        "LM.__call__",
+        parent=predict,
+        start=T0 + 2 * MS,
+        end=T0 + 3 * MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "LLM", c.OI_OUTPUT_VALUE: "look it up"},
+    )
+    predict.end(end_time=T0 + 4 * MS)
+    recorder.span(
+        "census_lookup.__call__",
+        parent=program,
+        start=T0 + 5 * MS,
+        end=T0 + 6 * MS,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "TOOL", c.OI_OUTPUT_VALUE: "522,250"},
+    )
+    program.end(end_time=T0 + 7 * MS)
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert [(s.agent, s.kind, s.tool_name) for s in result.steps] == [
+        ("ReAct", StepKind.LLM, None),
+        ("ReAct", StepKind.TOOL, "census_lookup"),
+    ]
+    # The program's call arguments gathered under one name hold the user's text.
+    assert result.task == "How big is Lyon?"
+    assert result.final_answer == "Big."
+
+
+def test_task_text_looks_inside_arguments_gathered_under_one_name() -> None:
+    assert task_text('{"input_args": {"question": "How big is Lyon?"}}') == "How big is Lyon?"
+    # Arguments under several names name no user text: the task is looked for elsewhere.
+    assert task_text('{"a": {"question": "x"}, "b": 1}') is None

@@ -18,7 +18,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind, Status
 from opentelemetry.trace import StatusCode as SdkStatusCode
 
-from faultfinder.sdk import conventions as c
+from faultfinder import conventions as c
 from faultfinder.server.errors import (
     BodyTooLargeError,
     DecodeError,

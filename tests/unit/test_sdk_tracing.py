@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import faultfinder.sdk
+from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus, Trajectory
 from faultfinder.sdk import (
     ConfigurationError,
@@ -43,7 +44,6 @@ from faultfinder.sdk import (
     tool,
     tool_call,
 )
-from faultfinder.sdk import conventions as c
 from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.otlp.mapping import run_facts
 from faultfinder.server.otlp.model import SpanRecord

@@ -1,0 +1,198 @@
+"""Every span attribute name faultfinder reads or writes.
+
+Three dialects are understood at ingest, in this priority order: faultfinder's own
+names (below, under the `faultfinder.` prefix, only where the standards are silent),
+the OpenTelemetry GenAI semantic conventions, and OpenInference.
+"""
+
+from typing import Final
+
+# --- faultfinder's own (a thin superset where the standards say nothing) -------------
+
+RUN_ID: Final = "faultfinder.run.id"
+"""Overrides the run a span belongs to (default: its trace id)."""
+RUN_TASK: Final = "faultfinder.run.task"
+"""The task or query the run was asked to solve (on the root span)."""
+RUN_OUTCOME: Final = "faultfinder.run.outcome"
+"""`success` or `failure`: the run's verdict, on the root span or posted later."""
+RUN_OUTCOME_REASON: Final = "faultfinder.run.outcome_reason"
+"""Why the run failed, when known (a grader's message)."""
+RUN_GROUND_TRUTH: Final = "faultfinder.run.ground_truth"
+"""The correct answer to the task, when known."""
+RUN_FINAL_ANSWER: Final = "faultfinder.run.final_answer"
+"""The answer the run produced."""
+RUN_FRAMEWORK: Final = "faultfinder.run.framework"
+"""The agent framework that produced the run (e.g. `magentic-one`, `ag2`)."""
+
+STEP_INDEX: Final = "faultfinder.step.index"
+"""Explicit 0-based position of the step in its run; wins over time order."""
+STEP_KIND: Final = "faultfinder.step.kind"
+"""One of message, llm, tool, handoff, human, system."""
+STEP_ROLE: Final = "faultfinder.step.role"
+"""The source's own role label for the step, e.g. `Orchestrator (thought)`."""
+STEP_CONTENT: Final = "faultfinder.step.content"
+"""The step's text when no standard attribute carries it."""
+
+LABEL_AGENT: Final = "faultfinder.label.agent"
+"""Gold label: the agent responsible for the failure (benchmarks, human review)."""
+LABEL_STEP: Final = "faultfinder.label.step"
+"""Gold label: the 0-based decisive step."""
+LABEL_REASON: Final = "faultfinder.label.reason"
+"""Gold label: why that step is decisive."""
+
+DATASET_NAME: Final = "faultfinder.dataset.name"
+"""Benchmark dataset a replayed run comes from (e.g. `who_and_when`)."""
+DATASET_RECORD: Final = "faultfinder.dataset.record"
+"""Benchmark record id of a replayed run (e.g. `algorithm-generated/1`)."""
+
+PROJECT_NAME: Final = "faultfinder.project.name"
+"""Resource attribute naming the project; the `x-project-name` header wins."""
+PROJECT_HEADER: Final = "x-project-name"
+"""HTTP/gRPC metadata header naming the project."""
+
+# --- OpenTelemetry GenAI semantic conventions ----------------------------------------
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+"""invoke_agent, create_agent, execute_tool, chat, text_completion, embeddings, ..."""
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+"""Human-readable name of the agent."""
+GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
+"""Unique id of the agent."""
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+"""Groups the spans of one conversation (session) across traces."""
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+"""JSON list of input messages `[{role, parts: [{type, content}]}]`."""
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""JSON list of output messages `[{role, parts: [{type, content}], finish_reason}]`."""
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+"""JSON list of system instruction parts."""
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+"""Name of the tool executed."""
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+"""Id of the tool call."""
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+"""Arguments passed to the tool (JSON string)."""
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+"""Result returned by the tool."""
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+"""Model requested."""
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""Prompt tokens used."""
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+"""Completion tokens used."""
+ERROR_TYPE: Final = "error.type"
+"""Class of error the operation ended with."""
+
+# Values of gen_ai.operation.name
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_CREATE_AGENT: Final = "create_agent"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+OP_CHAT: Final = "chat"
+OP_TEXT_COMPLETION: Final = "text_completion"
+OP_GENERATE_CONTENT: Final = "generate_content"
+OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
+
+# --- OpenInference -------------------------------------------------------------------
+
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+"""AGENT, CHAIN, LLM, TOOL, RETRIEVER, EMBEDDING, RERANKER, GUARDRAIL, EVALUATOR."""
+OI_AGENT_NAME: Final = "agent.name"
+"""Name of the agent the span belongs to."""
+OI_GRAPH_NODE_ID: Final = "graph.node.id"
+"""Node id in an agent graph (LangGraph and friends)."""
+OI_INPUT_VALUE: Final = "input.value"
+"""Input of the span as text or JSON."""
+OI_OUTPUT_VALUE: Final = "output.value"
+"""Output of the span as text or JSON."""
+OI_OUTPUT_MIME_TYPE: Final = "output.mime_type"
+"""OpenInference: `text/plain` or `application/json` (then `output.value` is JSON)."""
+OI_LLM_INPUT_MESSAGES: Final = "llm.input_messages"
+"""Prefix: `llm.input_messages.N.message.role` / `.content`."""
+OI_LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
+"""Prefix: `llm.output_messages.N.message.role` / `.content`."""
+OI_TOOL_NAME: Final = "tool.name"
+"""Name of the tool."""
+OI_TOOL_PARAMETERS: Final = "tool.parameters"
+"""Tool parameters (JSON)."""
+OI_SESSION_ID: Final = "session.id"
+"""Session id grouping traces."""
+
+# Values of openinference.span.kind
+OI_KIND_AGENT: Final = "AGENT"
+OI_KIND_CHAIN: Final = "CHAIN"
+OI_KIND_LLM: Final = "LLM"
+OI_KIND_TOOL: Final = "TOOL"
+OI_KIND_RETRIEVER: Final = "RETRIEVER"
+OI_KIND_RERANKER: Final = "RERANKER"
+OI_KIND_EMBEDDING: Final = "EMBEDDING"
+OI_KIND_GUARDRAIL: Final = "GUARDRAIL"
+OI_KIND_EVALUATOR: Final = "EVALUATOR"
+
+OI_MESSAGE_ROLE: Final = "message.role"
+"""Suffix after `llm.input_messages.N.` / `llm.output_messages.N.`: the message's role."""
+OI_MESSAGE_CONTENT: Final = "message.content"
+"""Suffix after `llm.*_messages.N.`: the message's text."""
+OI_MESSAGE_CONTENTS: Final = "message.contents"
+"""Prefix after `llm.*_messages.N.`: multimodal parts, `.M.message_content.text` / `.type`."""
+OI_MESSAGE_CONTENT_TEXT: Final = "message_content.text"
+"""Suffix after `message.contents.M.`: the text of one multimodal part."""
+OI_MESSAGE_TOOL_CALLS: Final = "message.tool_calls"
+"""Prefix after `llm.*_messages.N.`: `.M.tool_call.function.name` / `.arguments`."""
+OI_TOOL_CALL_FUNCTION_NAME: Final = "tool_call.function.name"
+"""Suffix after `message.tool_calls.M.`: the called function's name."""
+OI_TOOL_CALL_FUNCTION_ARGUMENTS: Final = "tool_call.function.arguments"
+"""Suffix after `message.tool_calls.M.`: the call's arguments (JSON)."""
+OI_LLM_MODEL_NAME: Final = "llm.model_name"
+"""Model used for an LLM span."""
+
+# --- OpenTelemetry general semantic conventions --------------------------------------
+
+SERVICE_NAME: Final = "service.name"
+"""Resource attribute: the logical name of the service that sent the spans."""
+EXCEPTION_EVENT: Final = "exception"
+"""Name of the span event that records an exception."""
+EXCEPTION_TYPE: Final = "exception.type"
+"""Exception event attribute: the exception's class."""
+EXCEPTION_MESSAGE: Final = "exception.message"
+"""Exception event attribute: the exception's message."""
+OI_PROJECT_NAME: Final = "openinference.project.name"
+"""Resource attribute naming the project in OpenInference receivers (e.g. Arize Phoenix)."""
+
+# --- appended: SDK step helpers ------------------------------------------------------
+
+HANDOFF_TARGET: Final = "faultfinder.handoff.target"
+"""The agent a handoff step passes control to (the source is `gen_ai.agent.name`)."""
+
+# Values of faultfinder.step.kind (the `StepKind` names, kept here so agents need no server code)
+STEP_KIND_MESSAGE: Final = "message"
+STEP_KIND_LLM: Final = "llm"
+STEP_KIND_TOOL: Final = "tool"
+STEP_KIND_HANDOFF: Final = "handoff"
+STEP_KIND_HUMAN: Final = "human"
+STEP_KIND_SYSTEM: Final = "system"
+
+# --- appended: more OpenInference and pydantic-ai names read at ingest ---------------
+
+OI_LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
+"""OpenInference: prompt tokens of an LLM span (GenAI: `gen_ai.usage.input_tokens`)."""
+OI_LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+"""OpenInference: completion tokens of an LLM span (GenAI: `gen_ai.usage.output_tokens`)."""
+
+PYDANTIC_AI_FINAL_RESULT: Final = "final_result"
+"""pydantic-ai: the output of an agent run, on its `invoke_agent` span (no GenAI name exists)."""
+PYDANTIC_AI_TOOL_ARGUMENTS: Final = "tool_arguments"
+"""pydantic-ai instrumentation version 2: a tool span's arguments (later versions use
+`gen_ai.tool.call.arguments`)."""
+PYDANTIC_AI_TOOL_RESPONSE: Final = "tool_response"
+"""pydantic-ai instrumentation version 2: a tool span's result (later versions use
+`gen_ai.tool.call.result`)."""
+
+# --- appended: framework context read at ingest --------------------------------------
+
+OI_METADATA: Final = "metadata"
+"""OpenInference: the span's metadata as a JSON object (LangChain puts LangGraph's run
+context here: `langgraph_node`, `langgraph_checkpoint_ns`)."""
+
+CREWAI_CREW_TASKS: Final = "crew_tasks"
+"""openinference-instrumentation-crewai: on a crew's kickoff span, its tasks as a JSON list
+(`description`, `expected_output`, `agent_role`, …) in the order they run."""
