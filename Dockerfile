@@ -8,6 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
 
 COPY pyproject.toml README.md LICENSE ./
 COPY faultfinder ./faultfinder
+COPY cli ./cli
 COPY attributors ./attributors
 COPY benchmarks ./benchmarks
 COPY server ./server

@@ -37,9 +37,9 @@ from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from faultfinder import conventions as c
 from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb, retry_after_seconds
 from faultfinder.benchmarks.otlp_traces import AgentTraceFactory
-from faultfinder.sdk import conventions as c
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.progress import Progress
 
@@ -94,7 +94,7 @@ def _faultfinder_command() -> list[str]:
     found = shutil.which("faultfinder")
     if found:
         return [found]
-    return [sys.executable, "-c", "from faultfinder.server.cli import main; main()"]
+    return [sys.executable, "-c", "from faultfinder.cli import main; main()"]
 
 
 class SidecarProcess:

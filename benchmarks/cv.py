@@ -125,7 +125,8 @@ class FoldOutcome:
 
 def fold_plan(records: Sequence[BenchmarkRecord], k: int, seed: int) -> list[list[int]]:
     """The outer folds (record positions) for one seed: disjoint, covering every record."""
-    return record_folds(records, k, seed)
+    folds: list[list[int]] = record_folds(records, k, seed)
+    return folds
 
 
 def _withheld(trajectory: Trajectory, use_ground_truth: bool) -> Trajectory:

@@ -47,7 +47,7 @@ from faultfinder.benchmarks.datasets import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from faultfinder.server.labelled import LabelledRuns
+    from faultfinder.benchmarks.labelled import LabelledRuns
 
 NO_DATASET = "none"
 """`faultfinder train --dataset none --from-database URL`: the database's labelled runs alone."""
@@ -938,9 +938,9 @@ def _labelled_runs(database_url: str) -> LabelledRuns:
     """The database's labelled runs, with progress on stderr; a clear error if unreadable."""
     import anyio
 
+    from faultfinder.benchmarks.labelled import LabelledRunsError, labelled_records
     from faultfinder.server.db.engine import DatabaseURLError
     from faultfinder.server.db.engine import database_url as database_url_of
-    from faultfinder.server.labelled import LabelledRunsError, labelled_records
     from faultfinder.server.progress import Progress
 
     try:

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install into .venv and run every check: ruff (lint + format), mypy, the whole pytest suite.
+# Install into .venv and run every check: ruff (lint + format), mypy, the import layers, the
+# whole pytest suite,
+# then the agent frameworks' conformance suite (one nox environment per framework).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh --llm
@@ -7,6 +9,12 @@ echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "== mypy" >&2
-.venv/bin/mypy attributors sdk
+.venv/bin/mypy attributors sdk faultfinder server benchmarks cli dashboards
+echo "== import layers" >&2
+bash scripts/lint_imports.sh
 echo "== pytest" >&2
-exec .venv/bin/pytest -q -p no:cacheprovider "$@"
+.venv/bin/pytest -q -p no:cacheprovider "$@"
+# The conformance suite: each agent framework in its own environment, with its own
+# instrumentation, against a real sidecar (tests/frameworks/, noxfile.py).
+echo "== conformance" >&2
+.venv/bin/nox -s conformance

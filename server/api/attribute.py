@@ -77,7 +77,8 @@ class AttributeController(Controller):
         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
     ) -> list[AlarmOut]:
         service: RunService = request.app.state.runs
-        return await service.recent_alarms(limit)
+        alarms: list[AlarmOut] = await service.recent_alarms(limit)
+        return alarms
 
     @get("/api/stats", operation_id="stats", summary="Blame by agent over time; live accuracy")
     async def stats(

@@ -142,7 +142,8 @@ class RunController(Controller):
     async def jobs(
         self, request: Request[None, None, State], run_id: FromPath[str]
     ) -> list[JobOut]:
-        return await _service(request).jobs(as_stored(run_id))
+        jobs: list[JobOut] = await _service(request).jobs(as_stored(run_id))
+        return jobs
 
     @post(
         "/{run_id:str}/labels",
@@ -168,4 +169,5 @@ class RunController(Controller):
     async def labels(
         self, request: Request[None, None, State], run_id: FromPath[str]
     ) -> list[LabelOut]:
-        return await _service(request).labels(as_stored(run_id))
+        labels: list[LabelOut] = await _service(request).labels(as_stored(run_id))
+        return labels

@@ -21,7 +21,7 @@ from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
 )
 from faultfinder.benchmarks.run import RESULTS_FILE, read_results
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
 AG = "who_and_when:algorithm-generated"

@@ -17,7 +17,7 @@ from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
 )
 from faultfinder.benchmarks.run import BenchmarkSettings, run_benchmark
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 
 SUBSETS = ("algorithm-generated", "hand-crafted")
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 
 SUBSETS = ("algorithm-generated", "hand-crafted")
 

@@ -23,7 +23,7 @@ from faultfinder.benchmarks.train import (
     out_of_fold_scores,
     predicted_agent,
 )
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 
 DATASET = "who_and_when:hand-crafted"
 

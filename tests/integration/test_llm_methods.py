@@ -32,7 +32,7 @@ from faultfinder.attributors.model import (
     Trajectory,
     validate_against,
 )
-from faultfinder.server.llm_cli import llm_group
+from faultfinder.cli.llm import llm_group
 from tests.llm_server import running_local_model
 from tests.stub_llm import ScriptedReply, StubLLM, answer, error
 

@@ -26,7 +26,7 @@ from faultfinder.benchmarks.subsets import (
     pick_fraction,
 )
 from faultfinder.benchmarks.train import ModelConfig, record_folds, task_key
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
 AG = "who_and_when:algorithm-generated"

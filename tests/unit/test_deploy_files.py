@@ -14,7 +14,7 @@ import click
 import pytest
 import yaml
 
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 from faultfinder.server.settings import Settings, SettingsError, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import faultfinder.attributors as attributors
-from faultfinder.server.cli import main
+from faultfinder.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -51,7 +51,7 @@ async def _attributed_runs(
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         while True:
             page = (await client.get("/api/runs", params={"limit": 500})).json()
-            runs = page["items"]
+            runs: list[dict[str, Any]] = page["items"]
             done = [
                 run for run in runs
                 if {a["method"] for a in run["attributions"]} >= set(attributors)

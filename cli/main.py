@@ -3,19 +3,68 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
 from faultfinder import __version__
-from faultfinder.benchmarks.cli import bench
-from faultfinder.benchmarks.train import train_command
-from faultfinder.server.llm_cli import llm_group
 from faultfinder.server.settings import Settings, SettingsError, load_settings
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose heavier commands are imported only when one of them runs (or its own
+    help is asked for): `faultfinder --help`, `serve` and `worker` do not load the
+    benchmarks, the training code or the local model's tooling."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = lazy
+        """Command name → (`module:attribute`, the one-line help shown in the listing)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            target, _ = self._lazy[cmd_name]
+            module, attribute = target.split(":")
+            command: click.Command = getattr(importlib.import_module(module), attribute)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self._lazy:
+                rows.append((name, self._lazy[name][1]))
+            elif (command := super().get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    lazy={
+        "bench": (
+            "faultfinder.benchmarks.cli:bench",
+            "Benchmarks: score attributors, replay datasets through OTLP, measure ingest.",
+        ),
+        "train": (
+            "faultfinder.benchmarks.train:train_command",
+            "Train the `learned` attributor's step model and write it as JSON.",
+        ),
+        "llm": (
+            "faultfinder.cli.llm:llm_group",
+            "A local model for the LLM attributors (llama-cpp-python, models from PyPI wheels).",
+        ),
+    },
+)
 @click.version_option(__version__, prog_name="faultfinder")
 def main() -> None:
     """faultfinder: who failed, when, and why — failure attribution for LLM agents."""
@@ -117,11 +166,6 @@ def db_upgrade(database_url: str | None) -> None:
     click.echo(f"database {settings.database_url} is at the latest revision", err=True)
 
 
-main.add_command(bench)
-main.add_command(llm_group)
-main.add_command(train_command)
-
-
 @main.command()
 @click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
 @click.option("--concurrency", type=int, help="Jobs at once (FAULTFINDER_WORKERS, default 1).")
@@ -195,7 +239,7 @@ def demo(
     timeout: float,
 ) -> None:
     """Start the sidecar on SQLite, replay Who&When failures over OTLP, print who and when."""
-    from faultfinder.server.demo import demo_main
+    from faultfinder.cli.demo import demo_main
 
     settings = _settings(
         port=port,
