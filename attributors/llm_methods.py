@@ -407,7 +407,8 @@ class LLMAttributor:
     `prefilter_far_chars` (same override in `options.extra`).
     """
 
-    name: ClassVar[str]
+    name: str
+    """The method's registered name (each method sets it on its class)."""
     completion_factor: ClassVar[int] = 1
     """Multiple of the configured max_tokens this method's replies may need."""
     uses_prefilter: ClassVar[bool] = True

@@ -38,8 +38,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from faultfinder import conventions as c
-from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb, retry_after_seconds
-from faultfinder.benchmarks.otlp_traces import AgentTraceFactory
+from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb
+from faultfinder.benchmarks.otlp_traces import AgentTraceFactory, retry_after_seconds
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.progress import Progress
 

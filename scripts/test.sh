@@ -8,10 +8,7 @@ bash scripts/install.sh --llm
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== mypy" >&2
-.venv/bin/mypy attributors sdk faultfinder server benchmarks cli dashboards
-echo "== import layers" >&2
-bash scripts/lint_imports.sh
+bash scripts/typecheck.sh  # mypy strict and the import layers, on the installed layout
 echo "== pytest" >&2
 .venv/bin/pytest -q -p no:cacheprovider "$@"
 # The conformance suite: each agent framework in its own environment, with its own

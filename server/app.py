@@ -339,7 +339,10 @@ def attribution_config_for(
         "timeout": settings.llm_timeout,
         "concurrency": settings.llm_concurrency,
     }
-    model = ModelSettings(**{name: value for name, value in given.items() if value is not None})
+    # Unset settings keep the model's own defaults.
+    model = ModelSettings.model_validate(
+        {name: value for name, value in given.items() if value is not None}
+    )
     config: dict[str, dict[str, Any]] = {
         name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
         for name in LLM_METHODS
