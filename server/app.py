@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import importlib
 import logging
 import sys
 import time
@@ -21,9 +20,7 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 
 from faultfinder import __version__
-from faultfinder.attributors.auditor import Alarm, Auditor
-from faultfinder.attributors.base import available_attributors
-from faultfinder.attributors.learned import StepModel
+from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.model import Attribution
 from faultfinder.server import lifecycle
 from faultfinder.server.api.attribute import AttributeController
@@ -39,6 +36,12 @@ from faultfinder.server.api.ui import (
 from faultfinder.server.attribution import AttributionService, AttributionWorker
 from faultfinder.server.audit import AlarmStore, OnlineAuditor
 from faultfinder.server.auth import KeyRing, require_key
+from faultfinder.server.composition import (
+    attribution_config_for,
+    auditor_for,
+    learned_model_for,
+    load_plugins,
+)
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, RUN_STATUS, EventBus, announcing
@@ -47,7 +50,7 @@ from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.jobs import JobQueue
 from faultfinder.server.metrics import MetricsController, ServerMetrics
 from faultfinder.server.runs import RunService
-from faultfinder.server.settings import Settings, SettingsError, load_settings
+from faultfinder.server.settings import Settings, load_settings
 from faultfinder.server.store import LabelStore, SpanStore, UnknownRunError
 from faultfinder.server.webhooks import WebhookSender
 
@@ -120,23 +123,6 @@ class LifecycleSweeper:
                 },
             )
         await self._jobs.enqueue_for_failed_runs(self._settings.attributors)
-
-
-def load_plugins(settings: Settings) -> None:
-    """Import attributor plugins and check every configured attributor exists."""
-    for module in settings.plugins:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise SettingsError(
-                f"plugins (FAULTFINDER_PLUGINS): cannot import {module!r}: {exc}"
-            ) from None
-    unknown = [name for name in settings.attributors if name not in available_attributors()]
-    if unknown:
-        raise SettingsError(
-            f"attributors (FAULTFINDER_ATTRIBUTORS): unknown {', '.join(map(repr, unknown))}; "
-            f"available: {', '.join(available_attributors())}"
-        )
 
 
 def unknown_run(request: Request[Any, Any, Any], exc: UnknownRunError) -> Response[Any]:
@@ -243,7 +229,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                         OnlineAuditor(
                             store,
                             alarms,
-                            auditor=_auditor_for(learned_model),
+                            auditor=auditor_for(learned_model),
                             interval=settings.audit_interval,
                             busy_share=settings.audit_busy_share,
                             on_alarm=raise_alarm,
@@ -303,52 +289,3 @@ def create_app(settings: Settings | None = None) -> Litestar:
             }
         ),
     )
-
-
-def learned_model_for(settings: Settings) -> StepModel | None:
-    """The model of `FAULTFINDER_LEARNED_MODEL`, or None for the packaged one."""
-    if settings.learned_model is None:
-        return None
-    return StepModel.load(settings.learned_model)
-
-
-def _auditor_for(learned_model: StepModel | None) -> Auditor | None:
-    """The online auditor of `FAULTFINDER_LEARNED_MODEL`; None (the packaged one) when
-    that model has no prefix-only auditor model (one fitted without `faultfinder train`)."""
-    if learned_model is None:
-        return None
-    if learned_model.auditor is None or learned_model.auditor.alarm_threshold is None:
-        log.warning("the learned model has no auditor model; early alarms use the packaged model's")
-        return None
-    return Auditor(learned_model)
-
-
-def attribution_config_for(
-    settings: Settings, learned_model: StepModel | None
-) -> dict[str, dict[str, Any]]:
-    """Constructor arguments for the attributors that talk to a model endpoint, and the
-    learned model (`learned_model_for(settings)`; None: the packaged one) for `learned` and
-    the LLM pre-filter."""
-    from faultfinder.attributors.llm import ModelSettings
-    from faultfinder.attributors.llm_methods import LLM_METHODS
-
-    given = {
-        "base_url": settings.llm_base_url,
-        "api_key": settings.llm_api_key,
-        "model": settings.llm_model,
-        "timeout": settings.llm_timeout,
-        "concurrency": settings.llm_concurrency,
-    }
-    # Unset settings keep the model's own defaults.
-    model = ModelSettings.model_validate(
-        {name: value for name, value in given.items() if value is not None}
-    )
-    config: dict[str, dict[str, Any]] = {
-        name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
-        for name in LLM_METHODS
-    }
-    if learned_model is not None:
-        for name in LLM_METHODS:
-            config[name]["prefilter_model"] = learned_model
-        config["learned"] = {"model": learned_model}
-    return config

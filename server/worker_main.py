@@ -7,8 +7,12 @@ import logging
 import signal
 
 from faultfinder.attributors.model import Attribution
-from faultfinder.server.app import attribution_config_for, learned_model_for, load_plugins
 from faultfinder.server.attribution import AttributionService, AttributionWorker
+from faultfinder.server.composition import (
+    attribution_config_for,
+    learned_model_for,
+    load_plugins,
+)
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.jobs import JobQueue

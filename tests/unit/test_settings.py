@@ -53,7 +53,7 @@ def test_the_llm_prefilter_setting_reaches_every_llm_attributor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from faultfinder.attributors.base import get_attributor
-    from faultfinder.server.app import attribution_config_for
+    from faultfinder.server.composition import attribution_config_for
 
     monkeypatch.setenv("FAULTFINDER_LLM_PREFILTER_TOP_K", "3")
     monkeypatch.setenv("FAULTFINDER_LLM_BASE_URL", "http://127.0.0.1:9/v1")

@@ -1,0 +1,87 @@
+"""What `serve` and `worker` build alike from the settings: the attributor plugins, the
+learned model, the attributors' configuration and the online auditor's model.
+
+The web app (`app.py`) and the worker process (`worker_main.py`) both start from here,
+so neither borrows from the other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+from faultfinder.attributors.auditor import Auditor
+from faultfinder.attributors.base import available_attributors
+from faultfinder.attributors.learned import StepModel
+from faultfinder.server.settings import Settings, SettingsError
+
+__all__ = ["attribution_config_for", "auditor_for", "learned_model_for", "load_plugins"]
+
+log = logging.getLogger(__name__)
+
+
+def load_plugins(settings: Settings) -> None:
+    """Import attributor plugins and check every configured attributor exists."""
+    for module in settings.plugins:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise SettingsError(
+                f"plugins (FAULTFINDER_PLUGINS): cannot import {module!r}: {exc}"
+            ) from None
+    unknown = [name for name in settings.attributors if name not in available_attributors()]
+    if unknown:
+        raise SettingsError(
+            f"attributors (FAULTFINDER_ATTRIBUTORS): unknown {', '.join(map(repr, unknown))}; "
+            f"available: {', '.join(available_attributors())}"
+        )
+
+
+def learned_model_for(settings: Settings) -> StepModel | None:
+    """The model of `FAULTFINDER_LEARNED_MODEL`, or None for the packaged one."""
+    if settings.learned_model is None:
+        return None
+    return StepModel.load(settings.learned_model)
+
+
+def auditor_for(learned_model: StepModel | None) -> Auditor | None:
+    """The online auditor of `FAULTFINDER_LEARNED_MODEL`; None (the packaged one) when
+    that model has no prefix-only auditor model (one fitted without `faultfinder train`)."""
+    if learned_model is None:
+        return None
+    if learned_model.auditor is None or learned_model.auditor.alarm_threshold is None:
+        log.warning("the learned model has no auditor model; early alarms use the packaged model's")
+        return None
+    return Auditor(learned_model)
+
+
+def attribution_config_for(
+    settings: Settings, learned_model: StepModel | None
+) -> dict[str, dict[str, Any]]:
+    """Constructor arguments for the attributors that talk to a model endpoint, and the
+    learned model (`learned_model_for(settings)`; None: the packaged one) for `learned` and
+    the LLM pre-filter."""
+    from faultfinder.attributors.llm import ModelSettings
+    from faultfinder.attributors.llm_methods import LLM_METHODS
+
+    given = {
+        "base_url": settings.llm_base_url,
+        "api_key": settings.llm_api_key,
+        "model": settings.llm_model,
+        "timeout": settings.llm_timeout,
+        "concurrency": settings.llm_concurrency,
+    }
+    # Unset settings keep the model's own defaults.
+    model = ModelSettings.model_validate(
+        {name: value for name, value in given.items() if value is not None}
+    )
+    config: dict[str, dict[str, Any]] = {
+        name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
+        for name in LLM_METHODS
+    }
+    if learned_model is not None:
+        for name in LLM_METHODS:
+            config[name]["prefilter_model"] = learned_model
+        config["learned"] = {"model": learned_model}
+    return config
