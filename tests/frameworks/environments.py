@@ -9,7 +9,7 @@ autogen-core protobuf 5.29), so each framework gets its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["COMMON", "FRAMEWORKS", "Framework", "by_name"]
 
@@ -55,6 +55,32 @@ class Framework:
         return {name.split("[", 1)[0]: pinned for name, pinned in pins}
 
 
+# What several instrumentations share, for `Framework.reads` and `Framework.scenarios`.
+SPAN_KIND = "openinference.span.kind"
+"""OpenInference's span kind (AGENT, CHAIN, LLM, TOOL)."""
+TOOL_NAME = "tool.name"
+TOOL_CALLS = "llm.output_messages.*.message.tool_calls"
+"""The model's tool calls, as OpenInference flattens them."""
+MESSAGES = "llm.input_messages / llm.output_messages (`tool_calls`)"
+"""The model's messages both ways, as OpenInference flattens them."""
+MODEL_500 = "model endpoint 500"
+FED_BACK = "tool raises, error fed back"
+
+CREWAI = Framework(
+    name="crewai",
+    module="test_crewai.py",
+    packages=("crewai==1.15.30",),
+    instrumentation=("openinference-instrumentation-crewai==1.1.21",),
+    reads=(
+        SPAN_KIND,
+        "graph.node.id (the agent's role)",
+        "crew_tasks (the first task's description)",
+        "input.value / output.value (`raw`)",
+        TOOL_NAME,
+    ),
+    scenarios=("researcher (tool) + writer, two sequential tasks", MODEL_500, FED_BACK),
+)
+
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
         name="smolagents",
@@ -63,61 +89,26 @@ FRAMEWORKS: tuple[Framework, ...] = (
         instrumentation=("openinference-instrumentation-smolagents==0.1.43",),
         extra=("openai>=1.50",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "AGENT span name `<agent>.run`",
             "input.value (`task`)",
             "output.value",
-            "tool.name",
-            "llm.output_messages.*.message.tool_calls",
+            TOOL_NAME,
+            TOOL_CALLS,
         ),
         scenarios=(
             "manager + managed agent (tool-calling)",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
-    Framework(
-        name="crewai",
-        module="test_crewai.py",
-        packages=("crewai==1.15.30",),
-        instrumentation=("openinference-instrumentation-crewai==1.1.21",),
-        reads=(
-            "openinference.span.kind",
-            "graph.node.id (the agent's role)",
-            "crew_tasks (the first task's description)",
-            "input.value / output.value (`raw`)",
-            "tool.name",
-        ),
-        scenarios=(
-            "researcher (tool) + writer, two sequential tasks",
-            "model endpoint 500",
-            "tool raises, error fed back",
-        ),
-    ),
-    Framework(
+    CREWAI,
+    replace(
+        CREWAI,
         name="crewai+openai",
-        module="test_crewai.py",
-        packages=("crewai==1.15.30",),
-        instrumentation=(
-            "openinference-instrumentation-crewai==1.1.21",
-            # CrewAI calls OpenAI-compatible models through the openai client.
-            "openinference-instrumentation-openai==0.1.66",
-        ),
-        reads=(
-            *(
-                "openinference.span.kind",
-                "graph.node.id (the agent's role)",
-                "crew_tasks (the first task's description)",
-                "input.value / output.value (`raw`)",
-                "tool.name",
-            ),
-            "llm.output_messages.*.message.tool_calls",
-        ),
-        scenarios=(
-            "researcher (tool) + writer, two sequential tasks",
-            "model endpoint 500",
-            "tool raises, error fed back",
-        ),
+        # CrewAI calls OpenAI-compatible models through the openai client.
+        instrumentation=(*CREWAI.instrumentation, "openinference-instrumentation-openai==0.1.66"),
+        reads=(*CREWAI.reads, TOOL_CALLS),
     ),
     Framework(
         name="dspy",
@@ -126,7 +117,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         # DSPy's instrumentation traces the LM calls itself (`LM.__call__`).
         instrumentation=("openinference-instrumentation-dspy==0.1.48",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "root CHAIN span name `<module>.forward` (the agent)",
             "input.value (`input_args`)",
             "output.value (JSON strings, `answer`)",
@@ -134,8 +125,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "ReAct with a tool (ChatAdapter)",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
     Framework(
@@ -145,7 +136,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         instrumentation=("openinference-instrumentation-openai-agents==2.6.0",),
         extra=("openai>=1.50",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "agent.name",
             "llm.input_messages / llm.output_messages (flattened, tool_calls)",
             "tool.name, input.value / output.value",
@@ -153,9 +144,9 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "triage agent handing off to a specialist (function tool)",
-            "model endpoint 500",
+            MODEL_500,
             "tool raises, escapes Runner.run",
-            "tool raises, error fed back",
+            FED_BACK,
         ),
     ),
     Framework(
@@ -165,7 +156,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         instrumentation=("openinference-instrumentation-google-adk==1.0.5",),
         extra=("litellm==1.110.2",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "agent.name / gen_ai.agent.name",
             "llm.output_messages (flattened, contents and tool_calls)",
             "tool.name / gen_ai.tool.name, output.value (function response)",
@@ -173,7 +164,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "coordinator transferring to a sub-agent (function tool), LiteLLM",
-            "model endpoint 500",
+            MODEL_500,
             "tool raises, ends the run",
             "tool raises, error fed back (on_tool_error_callback)",
         ),
@@ -192,7 +183,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "orchestrator whose tool delegates to a second agent (function tool)",
-            "model endpoint 500",
+            MODEL_500,
             "tool raises, ends the run",
             "tool raises, model retries (ModelRetry)",
         ),
@@ -205,20 +196,20 @@ FRAMEWORKS: tuple[Framework, ...] = (
         # The OpenAI model client (autogen-ext's `openai` extra).
         extra=("autogen-ext[openai]==0.7.5",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "graph.node.id (the agent's name)",
             "input.value (`task`)",
             "output.value (the team's `messages`: the last one's text)",
-            "tool.name",
-            "llm.output_messages.*.message.tool_calls",
+            TOOL_NAME,
+            TOOL_CALLS,
             "autogen-core's gen_ai.operation.name `invoke_agent` / `execute_tool` "
             "(one step with the instrumentation's tool span)",
         ),
         scenarios=(
             "round-robin team: researcher (tool) + writer",
             "building the team makes no run",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
     Framework(
@@ -236,8 +227,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "coordinator delegating to a researcher agent-as-tool (tool-calling)",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
     Framework(
@@ -246,18 +237,18 @@ FRAMEWORKS: tuple[Framework, ...] = (
         packages=("langgraph==1.2.24", "langchain-openai==1.8.1"),
         instrumentation=("openinference-instrumentation-langchain==0.1.80",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "metadata (`langgraph_checkpoint_ns`, `langgraph_node`)",
-            "llm.input_messages / llm.output_messages (`tool_calls`)",
+            MESSAGES,
             "output.value (a LangChain message, a `messages` state)",
-            "tool.name",
+            TOOL_NAME,
         ),
         scenarios=(
             "StateGraph nodes with a ToolNode",
             "create_react_agent agents as nodes",
-            "model endpoint 500",
+            MODEL_500,
             "tool raises and escapes",
-            "tool raises, error fed back",
+            FED_BACK,
         ),
     ),
     Framework(
@@ -266,16 +257,16 @@ FRAMEWORKS: tuple[Framework, ...] = (
         packages=("llama-index-core==0.14.25", "llama-index-llms-openai-like==0.8.1"),
         instrumentation=("openinference-instrumentation-llama-index==4.6.1",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "input.value (workflow event `current_agent_name`)",
-            "llm.input_messages / llm.output_messages (`tool_calls`)",
+            MESSAGES,
             "output.value (`ToolOutput` blocks)",
-            "tool.name",
+            TOOL_NAME,
         ),
         scenarios=(
             "AgentWorkflow: two FunctionAgents, a tool and a handoff",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
     Framework(
@@ -286,16 +277,16 @@ FRAMEWORKS: tuple[Framework, ...] = (
         # Agno's OpenAIChat model is the openai client's.
         extra=("openai>=1.50",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "AGENT span name `<agent>.run` / agent.name",
             "input.value (the user's text)",
-            "llm.output_messages.*.message.tool_calls",
+            TOOL_CALLS,
             "tool.name, output.value",
         ),
         scenarios=(
             "Team leader delegating to a member agent (function tool)",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
     Framework(
@@ -304,7 +295,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         packages=("beeai-framework==0.1.85",),
         instrumentation=("openinference-instrumentation-beeai==0.1.30",),
         reads=(
-            "openinference.span.kind",
+            SPAN_KIND,
             "agent.name",
             "input.value (`input`)",
             "llm.output_messages.*.message.tool_calls (`final_answer`'s response)",
@@ -313,8 +304,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
         scenarios=(
             "RequirementAgent handing off to a second one (HandoffTool, function tool)",
-            "model endpoint 500",
-            "tool raises, error fed back",
+            MODEL_500,
+            FED_BACK,
         ),
     ),
 )

@@ -17,27 +17,71 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from tests.frameworks.scripted_openai import Reply, ScriptedOpenAI
 from tests.integration.sidecar import Sidecar, running_sidecar
 
 __all__ = [
     "ATTRIBUTORS",
+    "CENSUS",
+    "GROUND_TRUTH",
+    "TASK",
+    "TIMED_OUT",
+    "WRONG",
+    "CensusDown",
     "Expected",
+    "Graded",
+    "Instrumentor",
     "Pipeline",
+    "census_answer",
     "check_attributions",
     "check_understood",
+    "error_steps",
+    "expected_census",
+    "failed_tool_step",
+    "first_reply_only",
+    "graded",
+    "graded_wrong_claim",
+    "instrumented",
+    "pipeline_fixture",
     "sidecar_for",
 ]
 
 ATTRIBUTORS = ("learned", "first_error", "echo")
 """The default attributors, and the test plugin that answers with the trajectory it got."""
+
+# The census scenario every module plays: the user asks for Lyon's population, an agent
+# looks it up with a census tool, and the answer misstates the figure the tool gave.
+TASK = "What is the population of Lyon?"
+"""The user's text."""
+CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
+"""The census tool's result."""
+WRONG = "Lyon has 225,520 inhabitants."
+"""The planted flaw: the digits of the census figure, transposed."""
+GROUND_TRUTH = "522,250"
+"""What the user posts with the failed outcome, once the answer is found wrong."""
+TIMED_OUT = "census service timed out"
+"""The census tool's error, when it fails."""
+
+
+class CensusDown(RuntimeError):
+    """The census service did not answer."""
+
+
+def census_answer(city: str, *, fails: bool = False) -> str:
+    """The census tool's body: `CENSUS`, or (`fails`) `CensusDown`."""
+    if fails:
+        raise CensusDown(f"{TIMED_OUT} for {city}")
+    return CENSUS
 
 
 @contextmanager
@@ -53,6 +97,63 @@ def sidecar_for(directory: Path) -> Iterator[Sidecar]:
         FAULTFINDER_PLUGINS="tests.plugins.echo",
     ) as sidecar:
         yield sidecar
+
+
+class Instrumentor(Protocol):
+    """An instrumentation package's entry point (OpenTelemetry's `BaseInstrumentor`)."""
+
+    def instrument(self, *, tracer_provider: TracerProvider) -> object: ...
+
+    def uninstrument(self) -> object: ...
+
+
+@contextmanager
+def instrumented(
+    sidecar: Sidecar,
+    project: str,
+    *instrumentors: Instrumentor,
+    global_provider: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Pipeline]:
+    """A `Pipeline` for `project`, with `instrumentors` tracing to it (in order; undone in
+    reverse). `global_provider`: its provider is the global one as well, as Phoenix's
+    `register()` sets it up, for frameworks that trace to the global provider themselves;
+    `env`: environment variables set meanwhile (an instrumentation's opt-in)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        pipeline = Pipeline(sidecar, project)
+        if global_provider:
+            trace.set_tracer_provider(pipeline.provider)
+        started: list[Instrumentor] = []
+        try:
+            for instrumentor in instrumentors:
+                instrumentor.instrument(tracer_provider=pipeline.provider)
+                started.append(instrumentor)
+            yield pipeline
+        finally:
+            for instrumentor in reversed(started):
+                instrumentor.uninstrument()
+            pipeline.shutdown()
+
+
+def pipeline_fixture(
+    project: str,
+    *instrumentors: Instrumentor,
+    global_provider: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> Any:
+    """A conformance module's `pipeline` fixture (module-scoped): `instrumented(...)` on
+    the module's sidecar."""
+
+    @pytest.fixture(scope="module", name="pipeline")
+    def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
+        with instrumented(
+            sidecar, project, *instrumentors, global_provider=global_provider, env=env
+        ) as pipeline:
+            yield pipeline
+
+    return pipeline
 
 
 @dataclass
@@ -106,6 +207,27 @@ class Pipeline:
         self.provider.force_flush()
         return outcome[0]
 
+    def serving(
+        self, llm: ScriptedOpenAI, work: Callable[[], object]
+    ) -> tuple[set[str], object, BaseException | None]:
+        """`invoke(work)` while `llm` serves; the runs before it (for `the_run`), and the
+        invocation's result or the exception that escaped it."""
+        before = self.run_ids()
+        with llm.running():
+            result, error = self.invoke(work)
+        return before, result, error
+
+    def the_failed_run(
+        self, before: set[str], *, agents: Sequence[str]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The one run made since `before`, once failed, with `agents` (order is not
+        checked); and, once every attributor answered it (no ground truth: none was
+        posted), its attributions by method."""
+        run = self.the_run(before, statuses=("failed", "attributed"))
+        assert sorted(run["agents"]) == sorted(agents), run["agents"]
+        attributed = self.the_run(before, statuses=("attributed",))
+        return run, check_attributions(attributed, ground_truth=None)
+
     def the_run(
         self, before: set[str], *, statuses: Sequence[str], timeout: float = 60
     ) -> dict[str, Any]:
@@ -148,6 +270,68 @@ class Pipeline:
         self.provider.shutdown()
 
 
+@dataclass(frozen=True)
+class Graded:
+    """A wrong claim graded afterwards: what the invocation returned, its run once
+    complete, and the run once every attributor answered the posted failure."""
+
+    answer: object
+    run: dict[str, Any]
+    attributed: dict[str, Any]
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The complete run's steps."""
+        steps: list[dict[str, Any]] = self.run["trajectory"]["steps"]
+        return steps
+
+
+def graded_wrong_claim(
+    pipeline: Pipeline, llm: ScriptedOpenAI, work: Callable[[], object], expected: Expected
+) -> Graded:
+    """The census scenario played to the end: `work` runs while `llm` serves its script,
+    raises nothing and uses the whole script; its run completes, reads as `expected`; the
+    user then posts it failed with the census figure (`GROUND_TRUTH`), and every
+    attributor answers, having seen that figure."""
+    before, answer, error = pipeline.serving(llm, work)
+    assert error is None, error
+    assert llm.remaining() == {}
+    run = pipeline.the_run(before, statuses=("complete",))
+    check_understood(run, expected, project=pipeline.project)
+    return Graded(answer, run, graded(pipeline, before, run))
+
+
+def graded(pipeline: Pipeline, before: set[str], run: Mapping[str, Any]) -> dict[str, Any]:
+    """Post `run` (the one made since `before`) failed, with `GROUND_TRUTH`; the run once
+    every attributor answered, each having seen that figure."""
+    pipeline.post_outcome(run["id"], outcome="failure", ground_truth=GROUND_TRUTH)
+    attributed = pipeline.the_run(before, statuses=("attributed",))
+    check_attributions(attributed, ground_truth=GROUND_TRUTH)
+    return attributed
+
+
+def first_reply_only(
+    script: Mapping[str, Sequence[Reply]], *keys: str
+) -> dict[str, Sequence[Reply]]:
+    """`script` with only the first reply of each of `keys`: for a tool call that ends
+    the run, after which those agents say nothing more."""
+    return {key: replies[:1] if key in keys else replies for key, replies in script.items()}
+
+
+def error_steps(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's steps that ended in error."""
+    return [step for step in run["trajectory"]["steps"] if step["status"] == "error"]
+
+
+def failed_tool_step(
+    run: Mapping[str, Any], agent: str, tool: str = "census_lookup"
+) -> dict[str, Any]:
+    """Assert the run's one failed step is `agent`'s call of `tool`; that step."""
+    failed = error_steps(run)
+    assert [(s["agent"], s["tool_name"]) for s in failed] == [(agent, tool)], failed
+    return failed[0]
+
+
 def _brief(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str]]]:
     return [(run["id"], run["status"], run["agents"]) for run in runs]
 
@@ -166,6 +350,20 @@ class Expected:
     """Each tool → the text of its result as the tool returned it."""
     final_answer: str | None = None
     """Text the run's final answer contains (None: not checked)."""
+
+
+def expected_census(
+    agents: Sequence[str], tools: Mapping[str, str], *, final_answer: str = "225,520"
+) -> Expected:
+    """What the census scenario's user knows: `TASK`, the census tool's result `CENSUS`,
+    and the wrong figure in the final answer; `agents` and `tools` as in `Expected`."""
+    return Expected(
+        agents=agents,
+        task=TASK,
+        tools=tools,
+        tool_results={"census_lookup": CENSUS},
+        final_answer=final_answer,
+    )
 
 
 def _show(trajectory: Mapping[str, Any]) -> str:

@@ -3,41 +3,21 @@ Agno's OpenAIChat model, traced by openinference-instrumentation-agno."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from agno.agent import Agent
 from agno.models.openai import OpenAIChat
 from agno.run import RunStatus
 from agno.team import Team
 from openinference.instrumentation.agno import AgnoInstrumentor
 
-from tests.frameworks.harness import Expected, Pipeline, check_attributions, check_understood
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
-from tests.integration.sidecar import Sidecar
 
-FRAMEWORK = "agno"
 PROJECT = "conformance-agno"
-TASK = "What is the population of Lyon?"
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
-WRONG = "Lyon has 225,520 inhabitants."
-"""The planted flaw: the researcher transposes the census figure's digits."""
 
-
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    AgnoInstrumentor().instrument(tracer_provider=pipeline.provider)
-    try:
-        yield pipeline
-    finally:
-        AgnoInstrumentor().uninstrument()
-        pipeline.shutdown()
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+pipeline = harness.pipeline_fixture(PROJECT, AgnoInstrumentor())
 
 
 def team(llm: ScriptedOpenAI, *, census_fails: bool = False) -> Team:
@@ -50,9 +30,7 @@ def team(llm: ScriptedOpenAI, *, census_fails: bool = False) -> Team:
 
     def census_lookup(city: str) -> str:
         """The population of a city from the national census."""
-        if census_fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+        return harness.census_answer(city, fails=census_fails)
 
     researcher = Agent(
         name="researcher",
@@ -79,29 +57,21 @@ def script() -> dict[str, list[Any]]:
             call("delegate_task_to_member", member_id="researcher", task="Population of Lyon"),
             say(WRONG),
         ],
+        # The planted flaw: the researcher misstates the figure.
         "RESEARCHER-ROLE": [call("census_lookup", city="Lyon"), say(WRONG)],
     }
 
 
 def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        output, error = pipeline.invoke(lambda: ask(team(llm)))
-    assert error is None, error
-    assert getattr(output, "status", None) == RunStatus.completed, output
-    assert getattr(output, "content", None) == WRONG
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    expected = Expected(
+    expected = harness.expected_census(
         agents=["coordinator", "researcher"],
-        task=TASK,
         tools={"census_lookup": "researcher", "delegate_task_to_member": "coordinator"},
-        tool_results={"census_lookup": CENSUS},
-        final_answer="225,520",
     )
-    check_understood(run, expected, project=PROJECT)
-    steps = run["trajectory"]["steps"]
+    graded = harness.graded_wrong_claim(pipeline, llm, lambda: ask(team(llm)), expected)
+    assert getattr(graded.answer, "status", None) == RunStatus.completed, graded.answer
+    assert getattr(graded.answer, "content", None) == WRONG
+    steps = graded.steps
     lookup = next(s for s in steps if s["tool_name"] == "census_lookup")
     assert "census_lookup(" in steps[lookup["index"] - 1]["content"], steps
     # The culprit: the researcher's reply right after the tool's result.
@@ -113,40 +83,30 @@ def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     delegation = next(s for s in steps if s["tool_name"] == "delegate_task_to_member")
     assert delegation["index"] > culprit["index"], steps
     assert delegation["content"] == WRONG
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"COORDINATOR-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        output, error = pipeline.invoke(lambda: ask(team(llm)))
+    before, output, error = pipeline.serving(llm, lambda: ask(team(llm)))
     # Agno catches the model's error: the run's output says so, nothing escapes.
     assert error is None, error
     assert getattr(output, "status", None) == RunStatus.error, output
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["coordinator"], run["agents"]
+    run, _ = pipeline.the_failed_run(before, agents=["coordinator"])
     assert run["trajectory"]["task"] == TASK
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
+    failed = harness.error_steps(run)
     assert failed and "500" in (failed[-1]["error"] or ""), failed
     # The failed root's output is the error's account, not an answer.
     assert not run["trajectory"]["final_answer"], run["trajectory"]["final_answer"]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        output, error = pipeline.invoke(lambda: ask(team(llm, census_fails=True)))
+    before, output, error = pipeline.serving(llm, lambda: ask(team(llm, census_fails=True)))
     # Agno feeds the tool's error back to the model, which answers.
     assert error is None, error
     assert getattr(output, "status", None) == RunStatus.completed, output
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
     assert sorted(run["agents"]) == ["coordinator", "researcher"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("researcher", "census_lookup")]
-    assert "census service timed out" in (failed[0]["error"] or "")
+    failed = harness.failed_tool_step(run, "researcher")
+    assert TIMED_OUT in (failed["error"] or "")

@@ -5,41 +5,21 @@ OpenAIChatModel (LiteLLM underneath), traced by openinference-instrumentation-be
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from beeai_framework.adapters.openai import OpenAIChatModel
 from beeai_framework.agents.requirement import RequirementAgent
 from beeai_framework.tools import tool
 from beeai_framework.tools.handoff import HandoffTool
 from openinference.instrumentation.beeai import BeeAIInstrumentor
 
-from tests.frameworks.harness import Expected, Pipeline, check_attributions, check_understood
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail
-from tests.integration.sidecar import Sidecar
 
-FRAMEWORK = "beeai"
 PROJECT = "conformance-beeai"
-TASK = "What is the population of Lyon?"
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
-WRONG = "Lyon has 225,520 inhabitants."
-"""The planted flaw: the researcher transposes the census figure's digits."""
 
-
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    BeeAIInstrumentor().instrument(tracer_provider=pipeline.provider)
-    try:
-        yield pipeline
-    finally:
-        BeeAIInstrumentor().uninstrument()
-        pipeline.shutdown()
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+pipeline = harness.pipeline_fixture(PROJECT, BeeAIInstrumentor())
 
 
 def coordinator(llm: ScriptedOpenAI, *, census_fails: bool = False) -> RequirementAgent:
@@ -55,9 +35,7 @@ def coordinator(llm: ScriptedOpenAI, *, census_fails: bool = False) -> Requireme
         Args:
             city: the city's name
         """
-        if census_fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+        return harness.census_answer(city, fails=census_fails)
 
     researcher = RequirementAgent(
         name="researcher",
@@ -91,28 +69,19 @@ def answer(text: str) -> Any:
 def script() -> dict[str, list[Any]]:
     return {
         "COORDINATOR-ROLE": [call("researcher", task="Population of Lyon"), answer(WRONG)],
+        # The planted flaw: the researcher misstates the figure.
         "RESEARCHER-ROLE": [call("census_lookup", city="Lyon"), answer(WRONG)],
     }
 
 
 def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        output, error = pipeline.invoke(lambda: ask(coordinator(llm)))
-    assert error is None, error
-    assert output == WRONG
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    expected = Expected(
-        agents=["coordinator", "researcher"],
-        task=TASK,
-        tools={"census_lookup": "researcher"},
-        tool_results={"census_lookup": CENSUS},
-        final_answer="225,520",
+    expected = harness.expected_census(
+        agents=["coordinator", "researcher"], tools={"census_lookup": "researcher"}
     )
-    check_understood(run, expected, project=PROJECT)
-    steps = run["trajectory"]["steps"]
+    graded = harness.graded_wrong_claim(pipeline, llm, lambda: ask(coordinator(llm)), expected)
+    assert graded.answer == WRONG
+    steps = graded.steps
     # The hand-off reads as the coordinator's call of the researcher.
     handoff = [s for s in steps if "researcher(" in s["content"]]
     assert [s["agent"] for s in handoff] == ["coordinator"], handoff
@@ -121,41 +90,31 @@ def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     culprit = steps[lookup["index"] + 1]
     assert (culprit["agent"], culprit["kind"]) == ("researcher", "llm"), culprit
     assert "225,520" in culprit["content"]
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"COORDINATOR-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: ask(coordinator(llm)))
+    before, _, error = pipeline.serving(llm, lambda: ask(coordinator(llm)))
     assert error is not None
     assert len(llm.requests) == 1, len(llm.requests)
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["coordinator"], run["agents"]
+    run, _ = pipeline.the_failed_run(before, agents=["coordinator"])
     assert run["trajectory"]["task"] == TASK
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
+    failed = harness.error_steps(run)
     assert [(s["agent"], s["kind"]) for s in failed] == [("coordinator", "llm")], failed
     # The failed root's output is the error's account, not an answer.
     assert not run["trajectory"]["final_answer"], run["trajectory"]["final_answer"]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        output, error = pipeline.invoke(lambda: ask(coordinator(llm, census_fails=True)))
+    before, output, error = pipeline.serving(llm, lambda: ask(coordinator(llm, census_fails=True)))
     # BeeAI feeds the tool's error back to the model, which answers.
     assert error is None, error
     assert output == WRONG
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
     assert sorted(run["agents"]) == ["coordinator", "researcher"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("researcher", "census_lookup")]
+    failed = harness.failed_tool_step(run, "researcher")
     # BeeAI wraps the tool's exception (`ToolError`); the step's content tells its cause.
-    assert failed[0]["error"], failed
-    assert "census service timed out" in failed[0]["content"], failed
+    assert failed["error"], failed
+    assert TIMED_OUT in failed["content"], failed

@@ -12,8 +12,6 @@ output of its task span, and no step records the model asking for a tool before 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from importlib.metadata import version
 
 # CrewAI's own telemetry and trace upload, both to the internet: off before it loads.
 # (Not OTEL_SDK_DISABLED, which would silence the spans under test as well.)
@@ -21,55 +19,26 @@ os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_DISABLE_TRACKING"] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
-import pytest
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.tools import BaseTool
 from openinference.instrumentation.crewai import CrewAIInstrumentor
 
-from tests.frameworks.environments import by_name
-from tests.frameworks.harness import (
-    Expected,
-    Pipeline,
-    check_attributions,
-    check_understood,
-)
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Instrumentor, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
-from tests.integration.sidecar import Sidecar
 
 FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "crewai")
 WITH_MODEL_SPANS = FRAMEWORK == "crewai+openai"
 PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
-TASK = "What is the population of Lyon?"
 WRITING = "Write one sentence about the population of Lyon."
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
-CLAIM = "Lyon has 225,520 inhabitants."
 NOTE = "Lyon, a city of 225,520 inhabitants, is France's third city."
 
+INSTRUMENTORS: list[Instrumentor] = [CrewAIInstrumentor()]
+if WITH_MODEL_SPANS:
+    from openinference.instrumentation.openai import OpenAIInstrumentor
 
-def test_the_pinned_versions_are_installed() -> None:
-    for package, pinned in by_name(FRAMEWORK).pinned.items():
-        assert version(package) == pinned, package
-
-
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    CrewAIInstrumentor().instrument(tracer_provider=pipeline.provider)
-    if WITH_MODEL_SPANS:
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-
-        OpenAIInstrumentor().instrument(tracer_provider=pipeline.provider)
-    try:
-        yield pipeline
-    finally:
-        if WITH_MODEL_SPANS:
-            OpenAIInstrumentor().uninstrument()
-        CrewAIInstrumentor().uninstrument()
-        pipeline.shutdown()
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+    INSTRUMENTORS.append(OpenAIInstrumentor())
+pipeline = harness.pipeline_fixture(PROJECT, *INSTRUMENTORS)
 
 
 class CensusLookup(BaseTool):
@@ -78,9 +47,7 @@ class CensusLookup(BaseTool):
     fails: bool = False
 
     def _run(self, city: str) -> str:
-        if self.fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+        return harness.census_answer(city, fails=self.fails)
 
 
 def crew(llm: ScriptedOpenAI, *, census_fails: bool = False) -> Crew:
@@ -112,65 +79,47 @@ def crew(llm: ScriptedOpenAI, *, census_fails: bool = False) -> Crew:
 
 def script() -> dict[str, list]:
     return {
-        # The planted flaw: the digits of the census figure, transposed.
-        "RESEARCHER-ROLE": [call("census_lookup", city="Lyon"), say(CLAIM)],
+        # The planted flaw: the researcher misstates the figure, the writer repeats it.
+        "RESEARCHER-ROLE": [call("census_lookup", city="Lyon"), say(WRONG)],
         "WRITER-ROLE": [say(NOTE)],
     }
 
 
 def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        answer, error = pipeline.invoke(lambda: crew(llm).kickoff())
-    assert error is None, error
-    assert "225,520" in str(answer)
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    expected = Expected(
+    expected = harness.expected_census(
         agents=["Researcher", "Writer"],
-        task=TASK,
         # Without model spans no step reads `census_lookup(…)` before the tool ran.
         tools={"census_lookup": "Researcher"} if WITH_MODEL_SPANS else {},
-        tool_results={"census_lookup": CENSUS},
         final_answer=NOTE,
     )
-    check_understood(run, expected, project=PROJECT)
-    steps = run["trajectory"]["steps"]
+    graded = harness.graded_wrong_claim(pipeline, llm, lambda: crew(llm).kickoff(), expected)
+    assert "225,520" in str(graded.answer)
+    steps = graded.steps
     census = [s for s in steps if s["kind"] == "tool" and s.get("tool_name") == "census_lookup"]
     assert [s["agent"] for s in census] == ["Researcher"], steps
     assert '"Lyon"' in (census[0].get("tool_arguments") or ""), census
     # The researcher's wrong claim is its own step, after the tool result it contradicts,
     # and the writer's note repeating it comes after that.
-    claim = [s for s in steps if s["agent"] == "Researcher" and s["content"].strip() == CLAIM]
+    claim = [s for s in steps if s["agent"] == "Researcher" and s["content"].strip() == WRONG]
     assert claim and claim[0]["index"] > census[0]["index"], steps
     note = [s for s in steps if s["agent"] == "Writer" and s["content"].strip() == NOTE]
     assert note and note[0]["index"] > claim[0]["index"], steps
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"RESEARCHER-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: crew(llm).kickoff())
+    before, _, error = pipeline.serving(llm, lambda: crew(llm).kickoff())
     assert error is not None
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["Researcher"], run["agents"]
+    run, _ = pipeline.the_failed_run(before, agents=["Researcher"])
     assert run["trajectory"]["task"] == TASK
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: crew(llm, census_fails=True).kickoff())
+    before, _, error = pipeline.serving(llm, lambda: crew(llm, census_fails=True).kickoff())
     assert error is None  # CrewAI feeds the tool's error back to the model
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("Researcher", "census_lookup")]
-    assert "census service timed out" in (failed[0]["error"] or "")
+    failed = harness.failed_tool_step(run, "Researcher")
+    assert TIMED_OUT in (failed["error"] or "")

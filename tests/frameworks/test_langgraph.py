@@ -4,10 +4,8 @@ openinference-instrumentation-langchain."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
@@ -15,39 +13,20 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent
 from openinference.instrumentation.langchain import LangChainInstrumentor
 
-from tests.frameworks.harness import Expected, Pipeline, check_attributions, check_understood
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, CensusDown, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
-from tests.integration.sidecar import Sidecar
 
 PROJECT = "conformance-langgraph"
-TASK = "What is the population of Lyon?"
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
-WRONG = "Lyon has 225,520 inhabitants."
-"""The planted flaw: the writer transposes the census figure's digits."""
 
-
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    LangChainInstrumentor().instrument(tracer_provider=pipeline.provider)
-    try:
-        yield pipeline
-    finally:
-        LangChainInstrumentor().uninstrument()
-        pipeline.shutdown()
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+pipeline = harness.pipeline_fixture(PROJECT, LangChainInstrumentor())
 
 
 def census_tool(*, fails: bool = False) -> Any:
     @tool
     def census_lookup(city: str) -> str:
         """The population of a city from the national census."""
-        if fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+        return harness.census_answer(city, fails=fails)
 
     return census_lookup
 
@@ -118,33 +97,22 @@ def script() -> dict[str, list[Any]]:
             call("census_lookup", city="Lyon"),
             say("The census says Lyon has 522,250 inhabitants."),
         ],
+        # The planted flaw: the writer misstates the figure.
         "WRITER-ROLE": [say(WRONG)],
     }
 
 
-EXPECTED = Expected(
-    agents=["researcher", "writer"],
-    task=TASK,
-    tools={"census_lookup": "researcher"},
-    tool_results={"census_lookup": CENSUS},
-    final_answer="225,520",
+EXPECTED = harness.expected_census(
+    agents=["researcher", "writer"], tools={"census_lookup": "researcher"}
 )
 
 
 def graded_wrong(pipeline: Pipeline, build: Any) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        answer, error = pipeline.invoke(lambda: ask(build(llm)))
-    assert error is None and answer == WRONG
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    check_understood(run, EXPECTED, project=PROJECT)
-    writer = [s for s in run["trajectory"]["steps"] if s["agent"] == "writer"]
+    graded = harness.graded_wrong_claim(pipeline, llm, lambda: ask(build(llm)), EXPECTED)
+    assert graded.answer == WRONG
+    writer = [s for s in graded.steps if s["agent"] == "writer"]
     assert [s["content"] for s in writer] == [WRONG], writer
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_graph_nodes_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
@@ -157,38 +125,26 @@ def test_react_agents_as_nodes_a_wrong_claim_graded_afterwards(pipeline: Pipelin
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"RESEARCHER-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: ask(node_graph(llm)))
+    before, _, error = pipeline.serving(llm, lambda: ask(node_graph(llm)))
     assert error is not None
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["researcher"], run["agents"]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
+    pipeline.the_failed_run(before, agents=["researcher"])
 
 
 def test_a_raising_tool_that_escapes_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"RESEARCHER-ROLE": [call("census_lookup", city="Lyon")]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(
-            lambda: ask(node_graph(llm, census_fails=True, tool_errors_fed_back=False))
-        )
+    before, _, error = pipeline.serving(
+        llm, lambda: ask(node_graph(llm, census_fails=True, tool_errors_fed_back=False))
+    )
     assert isinstance(error, CensusDown)
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["researcher"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("researcher", "census_lookup")]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
+    run, _ = pipeline.the_failed_run(before, agents=["researcher"])
+    harness.failed_tool_step(run, "researcher")
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        answer, error = pipeline.invoke(lambda: ask(node_graph(llm, census_fails=True)))
+    before, answer, error = pipeline.serving(llm, lambda: ask(node_graph(llm, census_fails=True)))
     assert error is None and answer == WRONG  # the ToolNode fed the error back to the model
     run = pipeline.the_run(before, statuses=("complete",))
     assert sorted(run["agents"]) == ["researcher", "writer"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("researcher", "census_lookup")]
-    assert "census service timed out" in (failed[0]["error"] or "")
+    failed = harness.failed_tool_step(run, "researcher")
+    assert TIMED_OUT in (failed["error"] or "")

@@ -5,38 +5,19 @@ openinference-instrumentation-llama-index."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
 from llama_index.llms.openai_like import OpenAILike
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
-from tests.frameworks.harness import Expected, Pipeline, check_attributions, check_understood
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
-from tests.integration.sidecar import Sidecar
 
 PROJECT = "conformance-llamaindex"
-TASK = "What is the population of Lyon?"
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
-WRONG = "Lyon has 225,520 inhabitants."
-"""The planted flaw: the writer transposes the census figure's digits."""
 
-
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    LlamaIndexInstrumentor().instrument(tracer_provider=pipeline.provider)
-    try:
-        yield pipeline
-    finally:
-        LlamaIndexInstrumentor().uninstrument()
-        pipeline.shutdown()
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+pipeline = harness.pipeline_fixture(PROJECT, LlamaIndexInstrumentor())
 
 
 def workflow(llm: ScriptedOpenAI, *, census_fails: bool = False) -> AgentWorkflow:
@@ -51,9 +32,7 @@ def workflow(llm: ScriptedOpenAI, *, census_fails: bool = False) -> AgentWorkflo
 
     def census_lookup(city: str) -> str:
         """The population of a city from the national census."""
-        if census_fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+        return harness.census_answer(city, fails=census_fails)
 
     researcher = FunctionAgent(
         name="researcher",
@@ -86,55 +65,38 @@ def script() -> dict[str, list[Any]]:
             call("census_lookup", city="Lyon"),
             call("handoff", to_agent="writer", reason="The census figure is in."),
         ],
+        # The planted flaw: the writer misstates the figure.
         "WRITER-ROLE": [say(WRONG)],
     }
 
 
 def test_a_wrong_claim_after_a_handoff_graded_afterwards(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        answer, error = pipeline.invoke(lambda: ask(workflow(llm)))
-    assert error is None and answer == WRONG
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    expected = Expected(
+    expected = harness.expected_census(
         agents=["researcher", "writer"],
-        task=TASK,
         tools={"census_lookup": "researcher", "handoff": "researcher"},
-        tool_results={"census_lookup": CENSUS},
-        final_answer="225,520",
     )
-    check_understood(run, expected, project=PROJECT)
-    steps = run["trajectory"]["steps"]
+    graded = harness.graded_wrong_claim(pipeline, llm, lambda: ask(workflow(llm)), expected)
+    assert graded.answer == WRONG
+    steps = graded.steps
     assert [s["content"] for s in steps if s["agent"] == "writer"] == [WRONG], steps
     # The model calls are the steps; the helpers preparing them are not.
     llm_steps = [s for s in steps if s["kind"] == "llm"]
     assert len(llm_steps) == len(llm.served), llm_steps
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"RESEARCHER-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: ask(workflow(llm)))
+    before, _, error = pipeline.serving(llm, lambda: ask(workflow(llm)))
     assert error is not None
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["researcher"], run["agents"]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
+    pipeline.the_failed_run(before, agents=["researcher"])
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(script())
-    before = pipeline.run_ids()
-    with llm.running():
-        answer, error = pipeline.invoke(lambda: ask(workflow(llm, census_fails=True)))
+    before, answer, error = pipeline.serving(llm, lambda: ask(workflow(llm, census_fails=True)))
     assert error is None and answer == WRONG  # the workflow feeds the tool's error back
     run = pipeline.the_run(before, statuses=("complete",))
     assert sorted(run["agents"]) == ["researcher", "writer"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("researcher", "census_lookup")]
-    assert "census service timed out" in (failed[0]["error"] or "")
+    failed = harness.failed_tool_step(run, "researcher")
+    assert TIMED_OUT in (failed["error"] or "")

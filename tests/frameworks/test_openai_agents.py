@@ -3,10 +3,7 @@ tool), traced by openinference-instrumentation-openai-agents."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import agents
-import pytest
 from agents import (
     Agent,
     OpenAIChatCompletionsModel,
@@ -17,31 +14,15 @@ from agents import (
 from openai import AsyncOpenAI
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-from tests.frameworks.harness import Expected, Pipeline, check_attributions, check_understood
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
-from tests.integration.sidecar import Sidecar
 
-FRAMEWORK = "openai-agents"
 PROJECT = "conformance-openai-agents"
-TASK = "What is the population of Lyon?"
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
 
-
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    # Only the OpenInference processor runs: the SDK's own one exports to OpenAI.
-    agents.set_trace_processors([])
-    OpenAIAgentsInstrumentor().instrument(tracer_provider=pipeline.provider)
-    try:
-        yield pipeline
-    finally:
-        OpenAIAgentsInstrumentor().uninstrument()
-        pipeline.shutdown()
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+# Only the OpenInference processor runs: the SDK's own one exports to OpenAI.
+agents.set_trace_processors([])
+pipeline = harness.pipeline_fixture(PROJECT, OpenAIAgentsInstrumentor())
 
 
 def triage(llm: ScriptedOpenAI, *, census_fails: bool = False, escapes: bool = False) -> Agent:
@@ -62,9 +43,7 @@ def triage(llm: ScriptedOpenAI, *, census_fails: bool = False, escapes: bool = F
         Args:
             city: the city's name
         """
-        if census_fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+        return harness.census_answer(city, fails=census_fails)
 
     census = Agent(
         name="census_agent",
@@ -86,80 +65,55 @@ def census_script() -> dict[str, list]:
         "TRIAGE-ROLE": [call("transfer_to_census_agent")],
         "CENSUS-ROLE": [
             call("census_lookup", city="Lyon"),
-            # The planted flaw: the digits of the census figure, transposed.
-            say("Lyon has 225,520 inhabitants."),
+            # The planted flaw: the census agent misstates the figure.
+            say(WRONG),
         ],
     }
 
 
 def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(census_script())
-    before = pipeline.run_ids()
-    with llm.running():
-        result, error = pipeline.invoke(lambda: Runner.run_sync(triage(llm), TASK))
-    assert error is None, error
-    assert "225,520" in str(result.final_output)  # type: ignore[attr-defined]
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    expected = Expected(
-        agents=["triage", "census_agent"],
-        task=TASK,
-        tools={"census_lookup": "census_agent"},
-        tool_results={"census_lookup": CENSUS},
-        final_answer="225,520",
+    expected = harness.expected_census(
+        agents=["triage", "census_agent"], tools={"census_lookup": "census_agent"}
     )
-    check_understood(run, expected, project=PROJECT)
-    steps = run["trajectory"]["steps"]
+    graded = harness.graded_wrong_claim(
+        pipeline, llm, lambda: Runner.run_sync(triage(llm), TASK), expected
+    )
+    assert "225,520" in str(graded.answer.final_output)  # type: ignore[attr-defined]
+    steps = graded.steps
     # The handoff is triage's step, and the wrong claim census_agent's last one.
     assert any(
         s["agent"] == "triage" and "transfer_to_census_agent(" in s["content"] for s in steps
     ), steps
     assert steps[-1]["agent"] == "census_agent" and "225,520" in steps[-1]["content"]
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"TRIAGE-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: Runner.run_sync(triage(llm), TASK))
+    before, _, error = pipeline.serving(llm, lambda: Runner.run_sync(triage(llm), TASK))
     assert error is not None
     # The SDK's trace (the root) ends OK; the agent and its model call end in ERROR.
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["triage"], run["agents"]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
+    pipeline.the_failed_run(before, agents=["triage"])
 
 
 def test_a_raising_tool_that_ends_the_run_fails_it(pipeline: Pipeline) -> None:
-    script = census_script()
-    script["CENSUS-ROLE"] = script["CENSUS-ROLE"][:1]
-    llm = ScriptedOpenAI(script)
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(
-            lambda: Runner.run_sync(triage(llm, census_fails=True, escapes=True), TASK)
-        )
-    assert error is not None and "census service timed out" in str(error)
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert sorted(run["agents"]) == ["census_agent", "triage"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("census_agent", "census_lookup")]
-    attributed = check_attributions(
-        pipeline.the_run(before, statuses=("attributed",)), ground_truth=None
+    llm = ScriptedOpenAI(harness.first_reply_only(census_script(), "CENSUS-ROLE"))
+    before, _, error = pipeline.serving(
+        llm, lambda: Runner.run_sync(triage(llm, census_fails=True, escapes=True), TASK)
     )
+    assert error is not None and TIMED_OUT in str(error)
+    run, attributed = pipeline.the_failed_run(before, agents=["census_agent", "triage"])
+    harness.failed_tool_step(run, "census_agent")
     assert attributed["first_error"]["agent"] == "census_agent"
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(census_script())
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: Runner.run_sync(triage(llm, census_fails=True), TASK))
+    before, _, error = pipeline.serving(
+        llm, lambda: Runner.run_sync(triage(llm, census_fails=True), TASK)
+    )
     assert error is None  # the SDK feeds the tool's error back to the model
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [("census_agent", "census_lookup")]
-    assert "census service timed out" in (failed[0]["error"] or "")
+    failed = harness.failed_tool_step(run, "census_agent")
+    assert TIMED_OUT in (failed["error"] or "")

@@ -3,37 +3,30 @@ function tool), traced by pydantic-ai's own instrumentation (`Agent.instrument_a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from openai import AsyncOpenAI
+from opentelemetry.sdk.trace import TracerProvider
 from pydantic_ai import Agent, InstrumentationSettings, ModelRetry, RunContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from tests.frameworks.harness import Expected, Pipeline, check_attributions, check_understood
+from tests.frameworks import harness
+from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, CensusDown, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
-from tests.integration.sidecar import Sidecar
 
-FRAMEWORK = "pydantic-ai"
 PROJECT = "conformance-pydantic-ai"
-TASK = "What is the population of Lyon?"
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
 
 
-@pytest.fixture(scope="module")
-def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
-    pipeline = Pipeline(sidecar, PROJECT)
-    Agent.instrument_all(InstrumentationSettings(tracer_provider=pipeline.provider))
-    try:
-        yield pipeline
-    finally:
+class PydanticAIInstrumentation:
+    """pydantic-ai's own instrumentation (`Agent.instrument_all`) as an instrumentor."""
+
+    def instrument(self, *, tracer_provider: TracerProvider) -> None:
+        Agent.instrument_all(InstrumentationSettings(tracer_provider=tracer_provider))
+
+    def uninstrument(self) -> None:
         Agent.instrument_all(False)
-        pipeline.shutdown()
 
 
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
+pipeline = harness.pipeline_fixture(PROJECT, PydanticAIInstrumentation())
 
 
 def orchestrator(
@@ -55,10 +48,8 @@ def orchestrator(
     def census_lookup(city: str) -> str:
         """The population of a city from the national census."""
         if census_fails and retry:
-            raise ModelRetry(f"census service timed out for {city}")
-        if census_fails:
-            raise CensusDown(f"census service timed out for {city}")
-        return CENSUS
+            raise ModelRetry(f"{TIMED_OUT} for {city}")
+        return harness.census_answer(city, fails=census_fails)
 
     lead = Agent(
         model,
@@ -80,88 +71,66 @@ def census_script() -> dict[str, list]:
     return {
         "ORCHESTRATOR-ROLE": [
             call("ask_census_agent", question="Population of Lyon from the census"),
-            say("Lyon has 225,520 inhabitants."),
+            say(WRONG),
         ],
         "CENSUS-ROLE": [
             call("census_lookup", city="Lyon"),
-            # The planted flaw: the digits of the census figure, transposed.
-            say("Lyon has 225,520 inhabitants."),
+            # The planted flaw: the census agent misstates the figure.
+            say(WRONG),
         ],
     }
 
 
 def test_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(census_script())
-    before = pipeline.run_ids()
-    with llm.running():
-        result, error = pipeline.invoke(lambda: orchestrator(llm).run_sync(TASK))
-    assert error is None, error
-    assert "225,520" in result.output  # type: ignore[attr-defined]
-    assert llm.remaining() == {}
-    run = pipeline.the_run(before, statuses=("complete",))
-    expected = Expected(
+    expected = harness.expected_census(
         agents=["orchestrator", "census_agent"],
-        task=TASK,
         # The delegating tool holds the census agent's run: a container, not a step.
         tools={"census_lookup": "census_agent"},
-        tool_results={"census_lookup": CENSUS},
-        final_answer="225,520",
     )
-    check_understood(run, expected, project=PROJECT)
-    steps = run["trajectory"]["steps"]
-    assert "ask_census_agent" not in run["agents"]
+    graded = harness.graded_wrong_claim(
+        pipeline, llm, lambda: orchestrator(llm).run_sync(TASK), expected
+    )
+    assert "225,520" in graded.answer.output  # type: ignore[attr-defined]
+    steps = graded.steps
+    assert "ask_census_agent" not in graded.run["agents"]
     assert steps[0]["agent"] == "orchestrator" and "ask_census_agent(" in steps[0]["content"]
     # The wrong claim is the census agent's, right after its tool's result.
     (lookup,) = [s for s in steps if s.get("tool_name") == "census_lookup"]
     claim = steps[lookup["index"] + 1]
     assert claim["agent"] == "census_agent" and "225,520" in claim["content"], claim
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="522,250")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    check_attributions(attributed, ground_truth="522,250")
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"ORCHESTRATOR-ROLE": [fail(500)]})
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: orchestrator(llm).run_sync(TASK))
+    before, _, error = pipeline.serving(llm, lambda: orchestrator(llm).run_sync(TASK))
     assert error is not None
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert run["agents"] == ["orchestrator"], run["agents"]
-    check_attributions(pipeline.the_run(before, statuses=("attributed",)), ground_truth=None)
+    pipeline.the_failed_run(before, agents=["orchestrator"])
 
 
 def test_a_raising_tool_that_ends_the_run_fails_it(pipeline: Pipeline) -> None:
-    script = census_script()
-    script["ORCHESTRATOR-ROLE"] = script["ORCHESTRATOR-ROLE"][:1]
-    script["CENSUS-ROLE"] = script["CENSUS-ROLE"][:1]
+    script = harness.first_reply_only(census_script(), "ORCHESTRATOR-ROLE", "CENSUS-ROLE")
     llm = ScriptedOpenAI(script)
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(lambda: orchestrator(llm, census_fails=True).run_sync(TASK))
-    assert isinstance(error, CensusDown), error
-    run = pipeline.the_run(before, statuses=("failed", "attributed"))
-    assert sorted(run["agents"]) == ["census_agent", "orchestrator"], run["agents"]
-    failed = [s for s in run["trajectory"]["steps"] if s["status"] == "error"]
-    assert ("census_agent", "census_lookup") in [(s["agent"], s["tool_name"]) for s in failed]
-    attributed = check_attributions(
-        pipeline.the_run(before, statuses=("attributed",)), ground_truth=None
+    before, _, error = pipeline.serving(
+        llm, lambda: orchestrator(llm, census_fails=True).run_sync(TASK)
     )
+    assert isinstance(error, CensusDown), error
+    run, attributed = pipeline.the_failed_run(before, agents=["census_agent", "orchestrator"])
+    failed = [(s["agent"], s["tool_name"]) for s in harness.error_steps(run)]
+    assert ("census_agent", "census_lookup") in failed, failed
     assert attributed["first_error"]["agent"] == "census_agent"
 
 
 def test_a_tool_asking_the_model_to_retry_is_kept_as_evidence(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI(census_script())
-    before = pipeline.run_ids()
-    with llm.running():
-        _, error = pipeline.invoke(
-            lambda: orchestrator(llm, census_fails=True, retry=True).run_sync(TASK)
-        )
+    before, _, error = pipeline.serving(
+        llm, lambda: orchestrator(llm, census_fails=True, retry=True).run_sync(TASK)
+    )
     # The census tool's error goes back to the model, which answers all the same.
     assert error is None, error
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
     lookups = [s for s in run["trajectory"]["steps"] if s.get("tool_name") == "census_lookup"]
     assert {s["agent"] for s in lookups} == {"census_agent"}
-    assert any("census service timed out" in (s["content"] + (s["error"] or "")) for s in lookups)
+    assert any(TIMED_OUT in (s["content"] + (s["error"] or "")) for s in lookups)
     assert "225,520" in (run["trajectory"]["final_answer"] or "")
