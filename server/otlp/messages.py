@@ -1,0 +1,232 @@
+"""The text of messages as the conventions carry them: OpenTelemetry GenAI messages
+(`[{role, parts: [{type, content}]}]` JSON, and the OpenAI shape with `tool_calls`) and
+OpenInference's flattened `llm.input_messages.N.message.*` attributes. Tool calls read as
+`tool(arguments)`. Pure functions; malformed values fall back to their raw text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from faultfinder import conventions as c
+from faultfinder.server.otlp.model import AttributeValue
+
+__all__ = [
+    "OI_FLATTENED_PREFIXES",
+    "as_text",
+    "decode_messages",
+    "lower",
+    "message_text",
+    "messages_text",
+    "openinference_messages_text",
+    "part_text",
+    "tool_call_text",
+]
+
+
+def as_text(value: object) -> str | None:
+    """An attribute value as text: strings as they are, anything else as JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def lower(value: AttributeValue) -> str:
+    return value.strip().lower() if isinstance(value, str) else ""
+
+
+# --- GenAI messages (`[{role, parts: [{type, content}]}]` as JSON) ---------------------
+
+
+def decode_messages(value: AttributeValue) -> list[Any] | None:
+    """GenAI-semconv messages as a list (one message becomes a list of one); None when
+    `value` is absent or not messages."""
+    if value is None:
+        return None
+    messages: Any = value
+    if isinstance(value, str | bytes):
+        try:
+            messages = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            # orjson refuses some JSON the standard library reads (integers beyond 64
+            # bits, NaN, lone surrogates): ask it before giving up.
+            try:
+                messages = json.loads(value)
+            except (ValueError, RecursionError):
+                return None
+    if isinstance(messages, dict):
+        messages = [messages]
+    return messages if isinstance(messages, list) else None
+
+
+_UNDECODED: Any = object()
+
+
+def messages_text(
+    value: AttributeValue, *, role: str | None = None, decoded: list[Any] | None = _UNDECODED
+) -> str | None:
+    """Text of GenAI-semconv messages; with `role`, of the first message in that role.
+
+    A value that is not JSON is returned as it is (unless a role is asked for).
+    `decoded` is `decode_messages(value)` when the caller already has it.
+    """
+    if value is None:
+        return None
+    messages = decode_messages(value) if decoded is _UNDECODED else decoded
+    if messages is None:
+        return None if role else as_text(value)
+    texts: list[str] = []
+    for message in messages:
+        if role is not None:
+            if isinstance(message, dict) and lower(message.get("role")) == role:
+                return message_text(message)
+            continue
+        text = message_text(message)
+        if text is not None:
+            texts.append(text)
+    return "\n".join(texts) if texts else None
+
+
+def message_text(message: object) -> str | None:
+    if isinstance(message, str):
+        return message
+    if not isinstance(message, dict):
+        return None
+    pieces: list[str] = []
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        pieces.extend(text for part in parts if (text := part_text(part)) is not None)
+    else:
+        # Older and OpenAI-style messages carry `content` directly.
+        content = message.get("content", message.get(c.OI_MESSAGE_CONTENT))
+        if isinstance(content, list):
+            pieces.extend(text for part in content if (text := part_text(part)) is not None)
+        elif content is not None:
+            pieces.append(as_text(content) or "")
+        pieces.extend(_openai_tool_calls_text(message.get("tool_calls")))
+    return "\n".join(pieces) if pieces else None
+
+
+def _openai_tool_calls_text(calls: object) -> list[str]:
+    """OpenAI-shaped `tool_calls` beside a message's `content` (`[{id, type: function,
+    function: {name, arguments}}]`, as AG2 records them), each as `tool(args)`."""
+    if not isinstance(calls, list):
+        return []
+    texts: list[str] = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function")
+        named = function if isinstance(function, dict) else call
+        if named.get("name") is not None:
+            texts.append(tool_call_text(named.get("name"), named.get("arguments")))
+    return texts
+
+
+def part_text(part: object) -> str | None:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        return None
+    part_type = lower(part.get("type")) or "text"
+    if part_type == "text":
+        text = part.get("content", part.get("text"))
+        return as_text(text) if text is not None else None
+    if part_type == "tool_call":
+        return tool_call_text(part.get("name"), part.get("arguments"))
+    if part_type == "tool_call_response":
+        return as_text(part.get("response"))
+    if part_type in ("function", "function_call"):
+        # An OpenAI-shaped call among the parts (a chat `tool_calls` entry, a
+        # Responses `function_call` item).
+        return next(iter(_openai_tool_calls_text([part])), None)
+    return None
+
+
+def tool_call_text(name: object, arguments: object) -> str:
+    return f"{as_text(name) or 'tool'}({as_text(arguments) or ''})"
+
+
+# --- OpenInference flattened messages (`llm.output_messages.N.message.content`) ------------
+
+_OI_MESSAGE_KEY = re.compile(r"^(\d+)\.(.+)$")
+_OI_CONTENT_PART = re.compile(
+    rf"^{re.escape(c.OI_MESSAGE_CONTENTS)}\.(\d+)\.{re.escape(c.OI_MESSAGE_CONTENT_TEXT)}$"
+)
+_OI_TOOL_CALL = re.compile(
+    rf"^{re.escape(c.OI_MESSAGE_TOOL_CALLS)}\.(\d+)\."
+    rf"({re.escape(c.OI_TOOL_CALL_FUNCTION_NAME)}|{re.escape(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS)})$"
+)
+
+
+OI_FLATTENED_PREFIXES = (c.OI_LLM_INPUT_MESSAGES + ".", c.OI_LLM_OUTPUT_MESSAGES + ".")
+
+
+def openinference_messages_text(
+    attrs: Mapping[str, AttributeValue],
+    prefix: str,
+    *,
+    role: str | None = None,
+    flattened: bool = True,
+) -> str | None:
+    """Text of `prefix.N.message.*` attributes; with `role`, of the first message in it.
+
+    `flattened=False` says no attribute starts with either message prefix (no scan)."""
+    unflattened = attrs.get(prefix)
+    if unflattened is not None:
+        return messages_text(unflattened, role=role)
+    if not flattened:
+        return None
+    messages: dict[int, dict[str, AttributeValue]] = {}
+    start = prefix + "."
+    for key, value in attrs.items():
+        if key.startswith(start) and (match := _OI_MESSAGE_KEY.match(key[len(start) :])):
+            messages.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    texts: list[str] = []
+    for n in sorted(messages):
+        fields = messages[n]
+        if role is not None and lower(fields.get(c.OI_MESSAGE_ROLE)) != role:
+            continue
+        text = _openinference_message_text(fields)
+        if role is not None:
+            return text
+        if text is not None:
+            texts.append(text)
+    return "\n".join(texts) if texts else None
+
+
+def _openinference_message_text(fields: Mapping[str, AttributeValue]) -> str | None:
+    pieces: list[str] = []
+    content = as_text(fields.get(c.OI_MESSAGE_CONTENT))
+    if content is not None:
+        pieces.append(content)
+    else:
+        parts: dict[int, str] = {}
+        for key, value in fields.items():
+            if (match := _OI_CONTENT_PART.match(key)) and (text := as_text(value)) is not None:
+                parts[int(match.group(1))] = text
+        pieces.extend(parts[m] for m in sorted(parts))
+    calls: dict[int, dict[str, AttributeValue]] = {}
+    for key, value in fields.items():
+        if match := _OI_TOOL_CALL.match(key):
+            calls.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    for m in sorted(calls):
+        call = calls[m]
+        pieces.append(
+            tool_call_text(
+                call.get(c.OI_TOOL_CALL_FUNCTION_NAME), call.get(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS)
+            )
+        )
+    return "\n".join(pieces) if pieces else None

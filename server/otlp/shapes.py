@@ -1,0 +1,246 @@
+"""Frameworks' own run context and output shapes, read where no convention says it: the
+agent a LangGraph node or a LlamaIndex workflow event names, the text inside serialised
+LangChain messages, LlamaIndex tool outputs, Google GenAI responses and DSPy replies,
+answers in a result object's field, a tool named by its span. Each reads a framework's
+own documented attribute or shape, never a scenario's text. Pure functions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from faultfinder import conventions as c
+from faultfinder.server.otlp.messages import as_text, lower, message_text, part_text, tool_call_text
+from faultfinder.server.otlp.model import AttributeValue
+
+__all__ = [
+    "answer_field",
+    "dspy_fields_text",
+    "framework_agent",
+    "json_object",
+    "output_value",
+    "prepares_model_call",
+    "tool_named_by_span",
+]
+
+
+_LANGGRAPH_CHECKPOINT_NS = "langgraph_checkpoint_ns"
+_LANGGRAPH_NODE = "langgraph_node"
+_WORKFLOW_AGENT = re.compile(r"""\bcurrent_agent_name=(?P<q>['"])(?P<agent>.+?)(?P=q)""")
+"""LlamaIndex AgentWorkflow's events (`AgentSetup`, `AgentOutput`) name the agent whose
+turn it is; a workflow step's `input.value` holds the event it was given."""
+
+
+def framework_agent(attrs: Mapping[str, AttributeValue]) -> str | None:
+    """The agent a framework's own run context names, when no convention does.
+
+    LangGraph (in the `metadata` LangChain's instrumentation records): the node of the
+    top-level graph the span runs in, the first segment of `langgraph_checkpoint_ns`
+    (`researcher:<id>|agent:<id>` → `researcher`, so the nodes of an agent built as a
+    subgraph, such as `create_react_agent`'s `agent` and `tools`, are its own), else
+    `langgraph_node`. LlamaIndex AgentWorkflow: the `current_agent_name` of the workflow
+    event in `input.value`."""
+    metadata = json_object(attrs.get(c.OI_METADATA))
+    if metadata is not None:
+        namespace = metadata.get(_LANGGRAPH_CHECKPOINT_NS)
+        if isinstance(namespace, str):
+            node = namespace.split("|", 1)[0].split(":", 1)[0].strip()
+            if node:
+                return node
+        graph_node = metadata.get(_LANGGRAPH_NODE)
+        if isinstance(graph_node, str) and graph_node.strip():
+            return graph_node.strip()
+    given = attrs.get(c.OI_INPUT_VALUE)
+    if isinstance(given, str) and "current_agent_name=" in given:
+        matches = _WORKFLOW_AGENT.findall(given)
+        if matches:
+            # The field follows the event's messages: the last mention is the field.
+            return str(matches[-1][1]).strip() or None
+    return None
+
+
+def json_object(value: AttributeValue) -> dict[str, Any] | None:
+    """`value` decoded as a JSON object; None when it is not one."""
+    if not isinstance(value, str | bytes) or value.lstrip()[:1] not in ("{", b"{"):
+        return None
+    try:
+        decoded = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def output_value(attrs: Mapping[str, AttributeValue]) -> str | None:
+    """`output.value`, unwrapped to its text when it is a framework's serialised message
+    or result (see `_unwrapped_text`), else as it is."""
+    text = as_text(attrs.get(c.OI_OUTPUT_VALUE))
+    if text is None:
+        return None
+    decoded = json_object(text)
+    unwrapped = _unwrapped_text(decoded, depth=0) if decoded is not None else None
+    if unwrapped is None:
+        unwrapped = _json_string(attrs, text)
+    return text if unwrapped is None else unwrapped
+
+
+def _json_string(attrs: Mapping[str, AttributeValue], text: str) -> str | None:
+    """An `output.value` declared JSON (`output.mime_type`) that is a JSON string: the
+    string (DSPy serialises a tool's text result so, quotes and escapes included)."""
+    if lower(attrs.get(c.OI_OUTPUT_MIME_TYPE)) != "application/json":
+        return None
+    if not text.lstrip().startswith('"'):
+        return None
+    try:
+        decoded = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return decoded if isinstance(decoded, str) else None
+
+
+_ANSWER_FIELDS = ("raw", "answer", "final_answer", "final_output")
+"""Where a framework's serialised run result keeps its answer text: CrewAI's
+`CrewOutput` / `TaskOutput` (`raw`, beside the tasks' outputs and the messages), a DSPy
+`Prediction` (its `answer` output field, beside the ReAct trajectory and reasoning)."""
+
+
+def answer_field(attrs: Mapping[str, AttributeValue]) -> str | None:
+    """The answer text of a non-tool span's `output.value` that is a serialised run result
+    (a JSON object with a text field of `_ANSWER_FIELDS`); None otherwise. Not for tools:
+    a tool's whole result is its output."""
+    decoded = json_object(attrs.get(c.OI_OUTPUT_VALUE))
+    if decoded is None:
+        return None
+    for field in _ANSWER_FIELDS:
+        value = decoded.get(field)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+_METHOD_SUFFIX = re.compile(r"^(?P<name>.+?)\.(?:__call__|a?call|a?forward|_?a?run|a?invoke)$")
+
+
+def tool_named_by_span(span_name: str) -> str | None:
+    """A tool span that names no tool (`tool.name`): the tool its span is named after,
+    less the method called (DSPy's `census_lookup.__call__`)."""
+    match = _METHOD_SUFFIX.match(span_name.strip())
+    if match is None:
+        return None
+    return match.group("name").strip() or None
+
+
+_DSPY_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
+_DSPY_COMPLETED = "completed"
+"""The ChatAdapter's end marker, `[[ ## completed ## ]]`: no field."""
+
+
+def dspy_fields_text(text: str) -> str | None:
+    """A model reply in DSPy's field format read as a person would: a ReAct turn (its
+    documented output fields `next_thought`, `next_tool_name`, `next_tool_args`, as the
+    ChatAdapter's `[[ ## field ## ]]` sections or the JSON adapter's object) as its thought
+    and `tool(args)`, other ChatAdapter sections as `field: value` lines. None for any
+    other text."""
+    fields: dict[str, object] = {}
+    if text.lstrip().startswith("[[ ## "):
+        pieces = _DSPY_FIELD.split(text)
+        # [text before, name, value, name, value, ...]
+        fields = {
+            pieces[n]: pieces[n + 1].strip()
+            for n in range(1, len(pieces) - 1, 2)
+            if pieces[n] != _DSPY_COMPLETED
+        }
+    elif '"next_tool_name"' in text:
+        fields = json_object(text) or {}
+    if not fields:
+        return None
+    name = fields.get("next_tool_name")
+    if not isinstance(name, str) or not name.strip():
+        lines = [f"{field}: {value}" for field, value in fields.items() if value != ""]
+        return "\n".join(lines) if lines and "[[ ## " in text else None
+    arguments = fields.get("next_tool_args")
+    arguments_text = arguments if isinstance(arguments, str) else as_text(arguments)
+    thought = as_text(fields.get("next_thought"))
+    call = tool_call_text(name.strip(), arguments_text or "{}")
+    return f"{thought.strip()}\n{call}" if thought and thought.strip() else call
+
+
+def _unwrapped_text(value: dict[str, Any], *, depth: int) -> str | None:
+    """The text inside a serialised message or result object, None when `value` is none:
+    a LangChain message (`{"type": "tool", "data": {"content": …}}`, or the
+    `{"lc": 1, "type": "constructor", "kwargs": {"content": …}}` form), a LlamaIndex
+    `ToolOutput` (`{"blocks": [{"text": …}], "tool_name": …}`), or a graph state holding
+    `messages` (its last message: LangGraph's `MessagesState`)."""
+    if depth > 3:
+        return None
+    genai = _google_genai_text(value)
+    if genai is not None:
+        return genai
+    data = value.get("data")
+    if isinstance(value.get("type"), str) and isinstance(data, dict) and "content" in data:
+        return _content_text(data["content"])
+    kwargs = value.get("kwargs")
+    if value.get("lc") is not None and isinstance(kwargs, dict) and "content" in kwargs:
+        return _content_text(kwargs["content"])
+    blocks = value.get("blocks")
+    if "tool_name" in value and isinstance(blocks, list):
+        texts = [text for block in blocks if (text := part_text(block)) is not None]
+        return "\n".join(texts) if texts else _content_text(value.get("raw_output"))
+    messages = value.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        last = messages[-1]
+        return _unwrapped_text(last, depth=depth + 1) or (
+            message_text(last) if "role" in last else None
+        )
+    return None
+
+
+def _google_genai_text(value: dict[str, Any]) -> str | None:
+    """The text of a serialised Google GenAI object, None when `value` is none: a
+    `FunctionResponse` (`{"id", "name", "response": {...}}`, a tool's result as Google ADK
+    reports it; a result that is not an object is wrapped as `{"result": …}`), or a model
+    response or event holding `content: {"parts": [{"text": …}], "role": …}`."""
+    response = value.get("response")
+    if isinstance(value.get("name"), str) and isinstance(response, dict):
+        if set(response) == {"result"}:
+            result = response["result"]
+            return result if isinstance(result, str) else json.dumps(result, default=str)
+        return as_text(response)
+    content = value.get("content")
+    if isinstance(content, dict) and isinstance(content.get("parts"), list):
+        texts = [text for part in content["parts"] if (text := part_text(part)) is not None]
+        return "\n".join(texts) if texts else None
+    return None
+
+
+def _content_text(content: object) -> str | None:
+    if isinstance(content, list):
+        texts = [text for part in content if (text := part_text(part)) is not None]
+        return "\n".join(texts) if texts else None
+    return as_text(content)
+
+
+def prepares_model_call(attrs: Mapping[str, AttributeValue], oi_kind: str, flattened: bool) -> bool:
+    """An OpenInference LLM span that sends no messages, gets none back and counts no
+    tokens, its output a chat request (a JSON object of `messages`): a helper preparing
+    the model call (LlamaIndex's `_prepare_chat_with_tools`), not a call."""
+    if oi_kind != c.OI_KIND_LLM or flattened:
+        return False
+    if any(
+        attrs.get(key) is not None
+        for key in (
+            c.OI_LLM_INPUT_MESSAGES,
+            c.OI_LLM_OUTPUT_MESSAGES,
+            c.OI_LLM_TOKEN_COUNT_PROMPT,
+            c.OI_LLM_TOKEN_COUNT_COMPLETION,
+            c.GEN_AI_INPUT_MESSAGES,
+            c.GEN_AI_OUTPUT_MESSAGES,
+        )
+    ):
+        return False
+    output = json_object(attrs.get(c.OI_OUTPUT_VALUE))
+    return output is not None and isinstance(output.get("messages"), list)
