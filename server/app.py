@@ -24,6 +24,7 @@ from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.model import Attribution
 from faultfinder.server import lifecycle
 from faultfinder.server.api.attribute import AttributeController
+from faultfinder.server.api.dependencies import DEPENDENCIES
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.otlp import InflightBytes, OtlpTraceController
 from faultfinder.server.api.runs import RunController
@@ -261,6 +262,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await engine.dispose()
 
     return Litestar(
+        dependencies=DEPENDENCIES,
         route_handlers=[
             OtlpTraceController,
             RunController,

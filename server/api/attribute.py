@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from litestar import Controller, Request, Response, get, post
-from litestar.datastructures import State
+from litestar import Controller, Response, get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
@@ -15,6 +15,7 @@ from faultfinder.server.api.schemas import AlarmOut, AttributeIn, JobOut, Stats
 from faultfinder.server.attribution import AttributionService
 from faultfinder.server.jobs import JobQueue
 from faultfinder.server.runs import RunService, job_out
+from faultfinder.server.store import SpanStore
 
 
 class AttributeController(Controller):
@@ -26,15 +27,16 @@ class AttributeController(Controller):
         summary="Attribute a posted trajectory: 200 with the attribution, or 202 with a job",
     )
     async def attribute(
-        self, request: Request[None, None, State], data: JSONBody[AttributeIn]
+        self,
+        data: JSONBody[AttributeIn],
+        jobs: NamedDependency[JobQueue],
+        attribution: NamedDependency[AttributionService],
     ) -> Response[JobOut]:
         known_attributor(data.attributor)
-        jobs: JobQueue = request.app.state.jobs
-        service: AttributionService = request.app.state.attribution
         if data.wait:
             try:
                 async with asyncio.timeout(data.timeout):
-                    attribution = await service.attribute(
+                    answer = await attribution.attribute(
                         data.trajectory, data.attributor, use_ground_truth=data.use_ground_truth
                     )
             except TimeoutError:
@@ -48,7 +50,7 @@ class AttributeController(Controller):
                         status="done",
                         attempts=1,
                         max_attempts=1,
-                        attribution=attribution,
+                        attribution=answer,
                     ),
                     status_code=200,
                 )
@@ -58,8 +60,12 @@ class AttributeController(Controller):
         return Response(job_out(job), status_code=202)
 
     @get("/api/jobs/{job_id:int}", operation_id="getJob", summary="An attribution job")
-    async def job(self, request: Request[None, None, State], job_id: FromPath[int]) -> JobOut:
-        jobs: JobQueue = request.app.state.jobs
+    async def job(
+        self,
+        job_id: FromPath[int],
+        jobs: NamedDependency[JobQueue],
+        store: NamedDependency[SpanStore],
+    ) -> JobOut:
         # Job ids are positive 32-bit integers in the database; any other number names no
         # job (and must not reach the query, where PostgreSQL would refuse it).
         job = await jobs.get(job_id) if 0 < job_id < 2**31 else None
@@ -67,27 +73,25 @@ class AttributeController(Controller):
             raise NotFoundException(f"no job {job_id}")
         attribution = None
         if job.attribution_id is not None:
-            attribution = await request.app.state.store.get_attribution(job.attribution_id)
+            attribution = await store.get_attribution(job.attribution_id)
         return job_out(job, attribution)
 
     @get("/api/alarms", operation_id="listAlarms", summary="Recent early alarms, newest first")
     async def alarms(
         self,
-        request: Request[None, None, State],
+        runs: NamedDependency[RunService],
         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
     ) -> list[AlarmOut]:
-        service: RunService = request.app.state.runs
-        alarms: list[AlarmOut] = await service.recent_alarms(limit)
+        alarms: list[AlarmOut] = await runs.recent_alarms(limit)
         return alarms
 
     @get("/api/stats", operation_id="stats", summary="Blame by agent over time; live accuracy")
     async def stats(
         self,
-        request: Request[None, None, State],
+        runs: NamedDependency[RunService],
         window: Annotated[
             float, Parameter(gt=0, le=UNIX_SECONDS_MAX, description="Seconds back from now")
         ] = 7 * 86400,
         bucket: FromQuery[int] = 3600,
     ) -> Stats:
-        service: RunService = request.app.state.runs
-        return await service.stats(window_s=window, bucket_s=max(60, bucket))
+        return await runs.stats(window_s=window, bucket_s=max(60, bucket))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Request, Response, get
-from litestar.datastructures import State
+from litestar import Controller, Response, get
+from litestar.di import NamedDependency
 
 from faultfinder.server.api.schemas import Health, IngestStats
 from faultfinder.server.ingest import SpanWriter
@@ -18,8 +18,7 @@ class HealthController(Controller):
         return Health(status="ok")
 
     @get("/readyz", operation_id="readyz", summary="The database answers and ingest has room")
-    async def readyz(self, request: Request[None, None, State]) -> Response[Health]:
-        store: SpanStore = request.app.state.store
+    async def readyz(self, store: NamedDependency[SpanStore]) -> Response[Health]:
         try:
             spans = await store.count_spans()
         except Exception as exc:  # readiness reports any database failure
@@ -31,9 +30,9 @@ class HealthController(Controller):
     @get(
         "/api/stats/ingest", operation_id="ingestStats", summary="Spans received, stored, rejected"
     )
-    async def ingest_stats(self, request: Request[None, None, State]) -> IngestStats:
-        writer: SpanWriter = request.app.state.writer
-        store: SpanStore = request.app.state.store
+    async def ingest_stats(
+        self, writer: NamedDependency[SpanWriter], store: NamedDependency[SpanStore]
+    ) -> IngestStats:
         counters = writer.counters
         return IngestStats(
             spans_stored=await store.count_spans(),

@@ -20,6 +20,7 @@ import orjson
 from google.rpc import status_pb2
 from litestar import Controller, MediaType, Request, Response, post
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 
 from faultfinder.conventions import PROJECT_HEADER
@@ -113,9 +114,13 @@ class OtlpTraceController(Controller):
         status_code=200,
         opt={"ingest": True},
     )
-    async def export(self, request: Request[None, None, State]) -> Response[bytes]:
-        settings: Settings = request.app.state.settings
-        writer: SpanWriter = request.app.state.writer
+    async def export(
+        self,
+        request: Request[None, None, State],
+        settings: NamedDependency[Settings],
+        writer: NamedDependency[SpanWriter],
+        ingest_inflight: NamedDependency[InflightBytes],
+    ) -> Response[bytes]:
         content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if content_type not in (PROTOBUF, JSON):
             detail = (
@@ -125,7 +130,7 @@ class OtlpTraceController(Controller):
                 orjson.dumps({"detail": detail}), status_code=415, media_type=MediaType.JSON
             )
         as_json = content_type == JSON
-        inflight: InflightBytes = request.app.state.ingest_inflight
+        inflight = ingest_inflight
         reserved = _content_length(request) or 0
         # Refuse before buffering or decoding: under a retry storm, bodies held only to be
         # refused would take the memory, and decoding them the CPU, that the writer and

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Request, get, post
-from litestar.datastructures import State
+from litestar import Controller, get, post
+from litestar.di import NamedDependency
 from litestar.exceptions import ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
@@ -34,11 +34,6 @@ def as_stored(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
-def _service(request: Request[None, None, State]) -> RunService:
-    service: RunService = request.app.state.runs
-    return service
-
-
 def known_attributor(name: str) -> str:
     if name not in available_attributors():
         raise ValidationException(
@@ -54,7 +49,7 @@ class RunController(Controller):
     @get(operation_id="listRuns", summary="List runs, newest first, with cursor pagination")
     async def list_runs(
         self,
-        request: Request[None, None, State],
+        runs: NamedDependency[RunService],
         status: Annotated[
             str | None, Parameter(description=f"One of {', '.join(RUN_STATUSES)}")
         ] = None,
@@ -84,7 +79,7 @@ class RunController(Controller):
         if status is not None and status not in RUN_STATUSES:
             raise ValidationException(f"status must be one of {', '.join(RUN_STATUSES)}")
         try:
-            return await _service(request).list_runs(
+            return await runs.list_runs(
                 status=status,
                 project=as_stored(project) if project is not None else None,
                 agent=as_stored(agent) if agent is not None else None,
@@ -101,10 +96,8 @@ class RunController(Controller):
         operation_id="getRun",
         summary="One run with its trajectory and attributions",
     )
-    async def get_run(
-        self, request: Request[None, None, State], run_id: FromPath[str]
-    ) -> RunDetail:
-        return await _service(request).get_run(as_stored(run_id))
+    async def get_run(self, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunDetail:
+        return await runs.get_run(as_stored(run_id))
 
     @post(
         "/{run_id:str}/outcome",
@@ -113,9 +106,9 @@ class RunController(Controller):
         status_code=200,
     )
     async def post_outcome(
-        self, request: Request[None, None, State], run_id: FromPath[str], data: JSONBody[OutcomeIn]
+        self, runs: NamedDependency[RunService], run_id: FromPath[str], data: JSONBody[OutcomeIn]
     ) -> RunSummary:
-        return await _service(request).post_outcome(
+        return await runs.post_outcome(
             as_stored(run_id),
             data.outcome,
             reason=data.reason,
@@ -131,18 +124,16 @@ class RunController(Controller):
     )
     async def reattribute(
         self,
-        request: Request[None, None, State],
+        runs: NamedDependency[RunService],
         run_id: FromPath[str],
         data: JSONBody[AttributeRunIn],
     ) -> JobOut:
         known_attributor(data.attributor)
-        return await _service(request).reattribute(as_stored(run_id), data.attributor)
+        return await runs.reattribute(as_stored(run_id), data.attributor)
 
     @get("/{run_id:str}/jobs", operation_id="listRunJobs", summary="The run's attribution jobs")
-    async def jobs(
-        self, request: Request[None, None, State], run_id: FromPath[str]
-    ) -> list[JobOut]:
-        jobs: list[JobOut] = await _service(request).jobs(as_stored(run_id))
+    async def jobs(self, runs: NamedDependency[RunService], run_id: FromPath[str]) -> list[JobOut]:
+        jobs: list[JobOut] = await runs.jobs(as_stored(run_id))
         return jobs
 
     @post(
@@ -152,10 +143,10 @@ class RunController(Controller):
         status_code=201,
     )
     async def add_label(
-        self, request: Request[None, None, State], run_id: FromPath[str], data: JSONBody[LabelIn]
+        self, runs: NamedDependency[RunService], run_id: FromPath[str], data: JSONBody[LabelIn]
     ) -> LabelOut:
         try:
-            return await _service(request).add_label(
+            return await runs.add_label(
                 as_stored(run_id),
                 agent=data.agent,
                 step=data.step,
@@ -167,7 +158,7 @@ class RunController(Controller):
 
     @get("/{run_id:str}/labels", operation_id="listRunLabels", summary="The run's human labels")
     async def labels(
-        self, request: Request[None, None, State], run_id: FromPath[str]
+        self, runs: NamedDependency[RunService], run_id: FromPath[str]
     ) -> list[LabelOut]:
-        labels: list[LabelOut] = await _service(request).labels(as_stored(run_id))
+        labels: list[LabelOut] = await runs.labels(as_stored(run_id))
         return labels

@@ -28,6 +28,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import Cookie, State
+from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 from litestar.params import FromPath, FromQuery
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -568,9 +569,10 @@ class DashboardController(Controller):
         q: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int] = 50,
+        *,
+        runs: NamedDependency[RunService],
+        settings: NamedDependency[Settings],
     ) -> Template:
-        service: RunService = request.app.state.runs
-        settings: Settings = request.app.state.settings
         filters = {
             "status": _blank(status),
             "project": _blank(project),
@@ -585,7 +587,7 @@ class DashboardController(Controller):
         else:
             try:
                 page, scanned = await find_runs(
-                    service,
+                    runs,
                     query=filters["q"],
                     status=filters["status"],
                     project=filters["project"],
@@ -620,19 +622,23 @@ class DashboardController(Controller):
         )
 
     @get("/ui/runs/{run_id:str}")
-    async def run_page(self, request: Request[Any, Any, State], run_id: FromPath[str]) -> Template:
-        service: RunService = request.app.state.runs
-        settings: Settings = request.app.state.settings
+    async def run_page(
+        self,
+        request: Request[Any, Any, State],
+        run_id: FromPath[str],
+        runs: NamedDependency[RunService],
+        settings: NamedDependency[Settings],
+    ) -> Template:
         try:
-            run = await service.get_run(run_id)
+            run = await runs.get_run(run_id)
         except UnknownRunError:
             return Template(
                 template_name="missing.html",
                 context=_context(request, "run", run_id=run_id),
                 status_code=404,
             )
-        labels = await service.labels(run_id)
-        jobs = await service.jobs(run_id)
+        labels = await runs.labels(run_id)
+        jobs = await runs.jobs(run_id)
         primary = primary_attribution(run.attributions, settings.attributors)
         latest = latest_per_method(run.attributions, primary)
         trajectory = run.trajectory
@@ -666,13 +672,15 @@ class DashboardController(Controller):
 
     @get("/ui/overview")
     async def overview_page(
-        self, request: Request[Any, Any, State], window: FromQuery[str] = "24h"
+        self,
+        request: Request[Any, Any, State],
+        runs: NamedDependency[RunService],
+        store: NamedDependency[SpanStore],
+        window: FromQuery[str] = "24h",
     ) -> Template:
-        service: RunService = request.app.state.runs
-        store: SpanStore = request.app.state.store
         window = window if window in WINDOWS else "24h"
         window_s, bucket_s = WINDOWS[window]
-        stats = await service.stats(window_s=window_s, bucket_s=bucket_s)
+        stats = await runs.stats(window_s=window_s, bucket_s=bucket_s)
         answers = await LabelStore(store.engine).ok_attributions()
         by_status = stats.runs_by_status
         attributed = by_status.get("attributed", 0)
@@ -702,11 +710,12 @@ class DashboardController(Controller):
         return Redirect("/ui/")
 
     @post("/ui/login", status_code=204)
-    async def login(self, request: Request[Any, Any, State]) -> Response[None]:
+    async def login(
+        self, request: Request[Any, Any, State], keyring: NamedDependency[KeyRing]
+    ) -> Response[None]:
         """Reached only past the guard, i.e. with a valid key in the request's headers:
         keep that key in a cookie for the pages, the event stream and the API calls."""
         key = presented_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
-        keyring: KeyRing = request.app.state.keyring
         if not keyring.enabled or key is None:
             return Response(None, status_code=204)
         cookie = Cookie(
@@ -726,10 +735,11 @@ class DashboardController(Controller):
         return Response(None, status_code=303, headers={"location": "/ui/"}, cookies=[cookie])
 
     @get("/ui/events")
-    async def events(self, request: Request[Any, Any, State]) -> ServerSentEvent:
+    async def events(
+        self, request: Request[Any, Any, State], events: NamedDependency[EventBus]
+    ) -> ServerSentEvent:
         """Server-sent events: spans stored, run status changes, attributions, writes."""
-        bus: EventBus = request.app.state.events
-        return ServerSentEvent(event_stream(bus, request.headers.get("last-event-id")))
+        return ServerSentEvent(event_stream(events, request.headers.get("last-event-id")))
 
 
 async def event_stream(
