@@ -35,7 +35,6 @@ Rules (pure, and independent of the order in which spans arrived):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -46,7 +45,9 @@ import orjson
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.server.otlp.mapping import MappedSpan, as_text, map_span, requests_tools
+from faultfinder.server.otlp.messages import upper
 from faultfinder.server.otlp.model import AttributeValue, SpanRecord
+from faultfinder.server.otlp.shapes import without_method
 
 __all__ = ["assemble_trajectory"]
 
@@ -350,31 +351,17 @@ def _outermost_chain(
     outermost: SpanRecord | None = None
     for ancestor in _ancestors(_key(span), parent_of):
         above = by_key[ancestor]
-        if _upper_text(above.attributes.get(c.OPENINFERENCE_SPAN_KIND)) == c.OI_KIND_CHAIN:
+        if upper(above.attributes.get(c.OPENINFERENCE_SPAN_KIND)) == c.OI_KIND_CHAIN:
             outermost = above
     if outermost is None or outermost.parent_span_id is not None:
         return None
     return agent_span_name(outermost.name)
 
 
-def _upper_text(value: AttributeValue | None) -> str:
-    return value.strip().upper() if isinstance(value, str) else ""
-
-
-_AGENT_SPAN_METHOD = re.compile(
-    r"^(?P<agent>.+?)\.(?:a?run|run_sync|run_stream|a?invoke|a?call|__call__|a?execute|a?step"
-    r"|a?forward)$"
-)
-"""An agent span named after the agent's method (`manager.run`, `Researcher.invoke`):
-OpenInference instrumentors (smolagents) name AGENT spans so and set no `agent.name`."""
-
-
 def agent_span_name(name: str) -> str | None:
     """The agent an agent-invocation span is named after: its name without a trailing
     method (`manager.run` → `manager`)."""
-    name = name.strip()
-    match = _AGENT_SPAN_METHOD.match(name)
-    return (match.group("agent").strip() if match else name) or None
+    return without_method(name) or name.strip() or None
 
 
 def _tools_to_their_callers(steps: tuple[Step, ...]) -> tuple[Step, ...]:

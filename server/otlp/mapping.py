@@ -22,6 +22,7 @@ from faultfinder.server.otlp.messages import (
     lower,
     messages_text,
     openinference_messages_text,
+    upper,
 )
 from faultfinder.server.otlp.model import AttributeValue, SpanRecord, StatusCode
 from faultfinder.server.otlp.shapes import (
@@ -166,7 +167,7 @@ def map_span(span: SpanRecord) -> MappedSpan:
     """Read one span's step facts through the three dialects, in priority order."""
     attrs = span.attributes
     operation = lower(attrs.get(c.GEN_AI_OPERATION_NAME))
-    oi_kind = _upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
+    oi_kind = upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
 
     convention_kind = _OPERATION_KINDS.get(operation) or _OPENINFERENCE_KINDS.get(oi_kind)
     explicit_kind = _STEP_KINDS.get(lower(attrs.get(c.STEP_KIND)))
@@ -255,10 +256,6 @@ def map_span(span: SpanRecord) -> MappedSpan:
             or (named_agent is not None and content is not None)
         ),
     )
-
-
-def _upper(value: AttributeValue) -> str:
-    return value.strip().upper() if isinstance(value, str) else ""
 
 
 def _first_present(*values: str | None) -> str | None:

@@ -26,6 +26,7 @@ __all__ = [
     "openinference_messages_text",
     "part_text",
     "tool_call_text",
+    "upper",
 ]
 
 
@@ -45,6 +46,10 @@ def as_text(value: object) -> str | None:
 
 def lower(value: AttributeValue) -> str:
     return value.strip().lower() if isinstance(value, str) else ""
+
+
+def upper(value: AttributeValue) -> str:
+    return value.strip().upper() if isinstance(value, str) else ""
 
 
 # --- GenAI messages (`[{role, parts: [{type, content}]}]` as JSON) ---------------------

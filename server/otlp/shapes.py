@@ -26,6 +26,7 @@ __all__ = [
     "output_value",
     "prepares_model_call",
     "tool_named_by_span",
+    "without_method",
 ]
 
 
@@ -122,16 +123,28 @@ def answer_field(attrs: Mapping[str, AttributeValue]) -> str | None:
     return None
 
 
-_METHOD_SUFFIX = re.compile(r"^(?P<name>.+?)\.(?:__call__|a?call|a?forward|_?a?run|a?invoke)$")
+_METHOD_SUFFIX = re.compile(
+    r"^(?P<name>.+?)\.(?:__call__|a?call|a?forward|_?a?run|run_sync|run_stream|a?invoke"
+    r"|a?execute|a?step)$"
+)
+"""A span named after the object and the method called on it: OpenInference
+instrumentors name AGENT spans so (smolagents `manager.run`) and tool spans too (DSPy
+`census_lookup.__call__`), without `agent.name` or `tool.name`."""
+
+
+def without_method(span_name: str) -> str | None:
+    """The object a span is named after, less the method called (`manager.run` →
+    `manager`); None when the name ends in no method."""
+    match = _METHOD_SUFFIX.match(span_name.strip())
+    if match is None:
+        return None
+    return match.group("name").strip() or None
 
 
 def tool_named_by_span(span_name: str) -> str | None:
     """A tool span that names no tool (`tool.name`): the tool its span is named after,
     less the method called (DSPy's `census_lookup.__call__`)."""
-    match = _METHOD_SUFFIX.match(span_name.strip())
-    if match is None:
-        return None
-    return match.group("name").strip() or None
+    return without_method(span_name)
 
 
 _DSPY_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
