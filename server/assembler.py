@@ -35,6 +35,7 @@ Rules (pure, and independent of the order in which spans arrived):
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -200,20 +201,24 @@ def _tools_around_model_turns(
     another agent (Agno's `delegate_task_to_member`, whose member's run is not traced
     beneath it). Such a tool's result is what that work came to, so it reads at its end,
     after the steps it was made from, not at its start."""
-    turns = [
-        span
+    starts = sorted(
+        span.start_time_unix_nano
         for span in step_spans
         if mapped[_key(span)].kind is not StepKind.TOOL and mapped[_key(span)].step_index is None
-    ]
+    )
+
+    def a_turn_began_during(tool: SpanRecord) -> bool:
+        # The first turn starting after the tool did, by bisection: runs are re-assembled
+        # on every audit pass and listing, so no scan of all turns per tool.
+        at = bisect.bisect_right(starts, tool.start_time_unix_nano)
+        return at < len(starts) and starts[at] < tool.end_time_unix_nano
+
     return {
         _key(tool)
         for tool in step_spans
         if mapped[_key(tool)].kind is StepKind.TOOL
         and mapped[_key(tool)].step_index is None
-        and any(
-            tool.start_time_unix_nano < turn.start_time_unix_nano < tool.end_time_unix_nano
-            for turn in turns
-        )
+        and a_turn_began_during(tool)
     }
 
 

@@ -171,11 +171,11 @@ async def _sweep_page(
     )
     transitions = [RunTransition(run_id, previous, status) for run_id, previous, status in moved]
     # The runs with an error below an ordinary root: their spans say whether it ended the
-    # work. Few runs have one, so reading their spans costs the sweep little.
+    # work. Few runs have one; their spans are read in one query.
+    spans = await store.spans_of_runs(pending)
     for run_id in pending:
-        status = (
-            RunStatus.FAILED if work_failed(await store.run_spans(run_id)) else RunStatus.COMPLETE
-        )
+        failed = work_failed(spans.get(run_id, []))
+        status = RunStatus.FAILED if failed else RunStatus.COMPLETE
         if await store.finish_checked(run_id, status, quiet_since=quiet_since, now=now_ns):
             transitions.append(RunTransition(run_id, RunStatus.RUNNING, status))
     return seen, transitions
