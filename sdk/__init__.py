@@ -4,25 +4,9 @@ Light by design: it needs only the OpenTelemetry API/SDK/OTLP exporter and httpx
 the server's dependencies, so it can be installed beside any agent framework.
 """
 
-from faultfinder.sdk.client import (
-    FINISHED_STATUSES,
-    RUN_STATUSES,
-    AsyncClient,
-    Attribution,
-    AttributionJob,
-    AttributorAccuracy,
-    BlameBucket,
-    Candidate,
-    Client,
-    IngestStats,
-    Label,
-    PredictionSet,
-    RunDetail,
-    RunSummary,
-    Stats,
-    Step,
-    Trajectory,
-)
+from faultfinder.sdk.async_client import AsyncClient
+from faultfinder.sdk.client import Client
+from faultfinder.sdk.decorators import agent, tool
 from faultfinder.sdk.errors import (
     APIError,
     AuthError,
@@ -35,23 +19,33 @@ from faultfinder.sdk.errors import (
     ValidationError,
     WaitTimeoutError,
 )
-from faultfinder.sdk.tracing import (
+from faultfinder.sdk.export import ExportTarget, export_target
+from faultfinder.sdk.models import (
+    FINISHED_STATUSES,
+    RUN_STATUSES,
+    Attribution,
+    AttributionJob,
+    AttributorAccuracy,
+    BlameBucket,
+    Candidate,
+    IngestStats,
+    Label,
+    PredictionSet,
+    RunDetail,
+    RunSummary,
+    Stats,
+    Step,
+    Trajectory,
+)
+from faultfinder.sdk.provider import configure, flush, shutdown
+from faultfinder.sdk.runs import Run, current_run, run
+from faultfinder.sdk.steps import (
     AgentStep,
-    ExportTarget,
-    Run,
     ToolCall,
-    agent,
     agent_step,
-    configure,
-    current_run,
     current_step,
-    export_target,
-    flush,
     handoff,
     message,
-    run,
-    shutdown,
-    tool,
     tool_call,
 )
 
