@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from faultfinder.attributors.features import PrefixScanner
 from faultfinder.attributors.learned import (
     StepModel,
     answerable_agents,
@@ -18,6 +17,7 @@ from faultfinder.attributors.learned import (
     default_model,
     trajectory_group,
 )
+from faultfinder.attributors.learned.features import PrefixScanner
 from faultfinder.attributors.model import Step, Trajectory
 
 __all__ = ["Alarm", "Auditor"]

@@ -1,18 +1,30 @@
 """The `Attributor` interface and the registry that picks attributors by name.
 
-An attributor is a name plus `async attribute(trajectory, options) -> Attribution`.
-Expected failures (unparseable reply, budget exhausted) come back as an
-`Attribution` with status `failed`, not as exceptions.
+An attributor is a name plus `async attribute(trajectory, options) -> Attribution`, and
+optionally `async aclose()` for what it holds open. Expected failures (unparseable reply,
+budget exhausted) come back as an `Attribution` with status `failed`, not as exceptions.
+
+Attributors register with `@register("name")`: the built-in ones in this package, plugins
+in modules a setting names or behind entry points of the group `faultfinder.attributors`
+(an entry point names a module that registers, or a factory registered under the entry
+point's name). A factory that takes a `context` argument is given the service's
+`AttributorContext`.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from faultfinder.attributors.model import Attribution, Trajectory
+
+if TYPE_CHECKING:
+    from faultfinder.attributors.context import AttributorContext
 
 
 @dataclass(frozen=True)
@@ -38,13 +50,17 @@ class Attributor(Protocol):
 
 AttributorFactory = Callable[..., Attributor]
 
+ENTRY_POINT_GROUP = "faultfinder.attributors"
+"""The entry point group in which installed packages offer attributors."""
+
 _REGISTRY: dict[str, AttributorFactory] = {}
+_entry_points_loaded = False
 
 # Modules that register the built-in attributors when imported; loaded on first lookup
 # so that importing the registry stays cheap.
 _BUILTIN_MODULES = (
     "faultfinder.attributors.heuristics",
-    "faultfinder.attributors.llm_methods",
+    "faultfinder.attributors.llm.methods",
     "faultfinder.attributors.learned",
 )
 
@@ -54,6 +70,10 @@ class UnknownAttributorError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class PluginError(Exception):
+    """An attributor plugin could not be loaded; the message names it and says why."""
 
 
 def register(name: str) -> Callable[[AttributorFactory], AttributorFactory]:
@@ -71,6 +91,40 @@ def register(name: str) -> Callable[[AttributorFactory], AttributorFactory]:
 def _load_builtins() -> None:
     for module in _BUILTIN_MODULES:
         importlib.import_module(module)
+    if not _entry_points_loaded:
+        load_entry_points()
+
+
+def _load_entry_point(entry_point: EntryPoint) -> None:
+    try:
+        loaded = entry_point.load()
+    except Exception as exc:
+        raise PluginError(
+            f"attributor plugin entry point {entry_point.name!r} ({entry_point.value}) in "
+            f"group {ENTRY_POINT_GROUP!r} cannot be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(loaded, types.ModuleType) or _REGISTRY.get(entry_point.name) is loaded:
+        return
+    if not callable(loaded):
+        raise PluginError(
+            f"attributor plugin entry point {entry_point.name!r} ({entry_point.value}) in "
+            f"group {ENTRY_POINT_GROUP!r} names neither a module nor an attributor factory"
+        )
+    try:
+        register(entry_point.name)(loaded)
+    except ValueError as exc:
+        raise PluginError(
+            f"attributor plugin entry point {entry_point.name!r} ({entry_point.value}): {exc}"
+        ) from None
+
+
+def load_entry_points() -> None:
+    """Load the attributors installed packages offer in the `faultfinder.attributors`
+    entry point group (raises PluginError naming an entry point that cannot be loaded)."""
+    global _entry_points_loaded
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        _load_entry_point(entry_point)
+    _entry_points_loaded = True
 
 
 def available_attributors() -> list[str]:
@@ -79,8 +133,31 @@ def available_attributors() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_attributor(name: str, **config: Any) -> Attributor:
-    """Build the attributor registered as `name` with its configuration."""
+async def close_attributor(attributor: Attributor) -> None:
+    """Close what `attributor` holds open, when it defines `async aclose()`."""
+    close = getattr(attributor, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def takes_context(factory: AttributorFactory) -> bool:
+    """Whether `factory` declares a `context` argument (older plugins do not)."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    parameter = parameters.get("context")
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+
+
+def get_attributor(
+    name: str, context: AttributorContext | None = None, **config: Any
+) -> Attributor:
+    """Build the attributor registered as `name` with its configuration, handing it
+    `context` when its factory takes one."""
     _load_builtins()
     try:
         factory = _REGISTRY[name]
@@ -88,4 +165,6 @@ def get_attributor(name: str, **config: Any) -> Attributor:
         raise UnknownAttributorError(
             f"unknown attributor {name!r}; available: {', '.join(sorted(_REGISTRY))}"
         ) from None
+    if context is not None and takes_context(factory):
+        return factory(context=context, **config)
     return factory(**config)

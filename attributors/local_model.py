@@ -37,6 +37,7 @@ __all__ = [
     "LocalModel",
     "LocalModelError",
     "LocalModelServer",
+    "ServerAddress",
     "default_cache_dir",
     "locate_model",
     "runtime_missing",
@@ -292,6 +293,15 @@ def _free_port(host: str) -> int:
         return port
 
 
+@dataclass(frozen=True)
+class ServerAddress:
+    """Where a `LocalModelServer` listens."""
+
+    host: str = "127.0.0.1"
+    port: int | None = None
+    """None: a free port of `host`, chosen when the server object is made."""
+
+
 class LocalModelServer:
     """A llama-cpp-python server process serving one local model on loopback.
 
@@ -304,8 +314,7 @@ class LocalModelServer:
         self,
         model: str | Path,
         *,
-        host: str = "127.0.0.1",
-        port: int | None = None,
+        address: ServerAddress = ServerAddress(),
         n_ctx: int = 8192,
         threads: int = 2,
         log_path: Path | None = None,
@@ -314,8 +323,8 @@ class LocalModelServer:
         die_with_parent: bool = False,
     ) -> None:
         self.model = model
-        self.host = host
-        self.port = port if port is not None else _free_port(host)
+        self.host = address.host
+        self.port = address.port if address.port is not None else _free_port(address.host)
         self.n_ctx = n_ctx
         self.threads = threads
         self.log_path = log_path

@@ -11,11 +11,11 @@ def bench() -> None:
 
 
 def _register() -> None:
-    from faultfinder.benchmarks.chaos import chaos_command
+    from faultfinder.benchmarks.chaos.command import chaos_command
     from faultfinder.benchmarks.ingest import ingest_command
     from faultfinder.benchmarks.learning_curve import learning_curve_command
     from faultfinder.benchmarks.replay import replay_command
-    from faultfinder.benchmarks.run import run_command
+    from faultfinder.benchmarks.run.command import run_command
 
     bench.add_command(run_command)
     bench.add_command(replay_command)

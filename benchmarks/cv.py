@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.conformal import step_distribution
@@ -37,6 +29,16 @@ from faultfinder.attributors.learned import (
     answerable_agents,
     trajectory_group,
 )
+from faultfinder.attributors.learned.training import (
+    DEFAULT_GRID,
+    FeatureCache,
+    ModelConfig,
+    TrainingOptions,
+    batch_scores,
+    first_alarm,
+    record_folds,
+    tune_and_fit,
+)
 from faultfinder.attributors.model import Attribution, Trajectory
 from faultfinder.attributors.scoring import (
     DEFAULT_TOLERANCES,
@@ -46,19 +48,10 @@ from faultfinder.attributors.scoring import (
     score_attribution,
     spread,
 )
+from faultfinder.benchmarks.cv_report import cv_table, render_cv_report
 from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.run import random_baseline
-from faultfinder.benchmarks.train import (
-    DEFAULT_GRID,
-    FeatureCache,
-    ModelConfig,
-    batch_scores,
-    first_alarm,
-    record_folds,
-    require_training_packages,
-    tune_and_fit,
-)
-from faultfinder.server.progress import Progress
+from faultfinder.benchmarks.run import attribution_progress, random_baseline
+from faultfinder.benchmarks.train import require_training_packages
 
 __all__ = [
     "CVSettings",
@@ -67,7 +60,6 @@ __all__ = [
     "cross_validate",
     "cross_validate_command",
     "fold_plan",
-    "render_cv_report",
 ]
 
 
@@ -212,14 +204,13 @@ def cross_validate(
         for fold, test_positions in enumerate(fold_plan(records, settings.folds, seed)):
             test = set(test_positions)
             train = [r for i, r in enumerate(records) if i not in test]
-            model = tune_and_fit(
-                train,
-                cache=cache,
+            training = TrainingOptions(
                 grid=settings.grid,
                 inner_folds=settings.inner_folds,
                 seed=seed,
                 use_ground_truth=settings.use_ground_truth,
             )
+            model = tune_and_fit(train, cache=cache, options=training)
             outcome = FoldOutcome(
                 seed=seed,
                 fold=fold,
@@ -412,106 +403,9 @@ def _summarise(
     }
 
 
-# --- command line and report -------------------------------------------------------------
+# --- command line -------------------------------------------------------------
 
 _TRAINABLE = ("learned",)
-
-
-def _pct(metric: Mapping[str, Any]) -> str:
-    return f"{100 * metric['mean']:.1f} ± {100 * metric['std']:.1f}"
-
-
-def render_cv_report(summary: Mapping[str, Any]) -> str:
-    """The CV summary as Markdown: accuracy, first-error on the same folds, conformal, auditor."""
-    settings = summary["settings"]
-    lines = [
-        f"# {summary['attributor']} — {settings['folds']}-fold cross-validation",
-        "",
-        f"Seeds {settings['seeds']}; ground truth "
-        f"{'used' if settings['use_ground_truth'] else 'withheld'}; "
-        f"an ensemble of {len(settings['grid'])} models, inner {settings['inner_folds']}-fold "
-        "CV for the agent rule, framework models, temperature and calibration. "
-        "Every number is on held-out folds; mean ± sample std over seeds.",
-        "",
-        "| subset | n | agent % | step % | ±1 % | ±3 % | ±5 % "
-        "| first_error agent % | first_error step % | random agent/step % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, subset in summary["subsets"].items():
-        a, fe, rnd = subset["accuracy"], subset["first_error"], subset["random_expected"]
-        lines.append(
-            f"| {name} | {subset['n']} | {_pct(a['agent'])} | {_pct(a['step'])} "
-            f"| {_pct(a['step_pm1'])} | {_pct(a['step_pm3'])} | {_pct(a['step_pm5'])} "
-            f"| {_pct(fe['agent'])} | {_pct(fe['step'])} "
-            f"| {100 * rnd['agent']:.1f} / {100 * rnd['step']:.1f} |"
-        )
-    lines += [
-        "",
-        "## Conformal prediction sets (held-out coverage, share of steps removed)",
-        "",
-        "| subset | α | coverage % | removed % |",
-        "|---|---|---|---|",
-    ]
-    for name, subset in summary["subsets"].items():
-        for alpha, stats in subset["conformal"].items():
-            lines.append(
-                f"| {name} | {alpha} | {_pct(stats['coverage'])} | {_pct(stats['removed'])} |"
-            )
-    lines += [
-        "",
-        "## Online auditor (first alarm on the prefix-only model)",
-        "",
-        "| subset | runs with alarm % | first alarm = gold step % | ±1 % | ±3 % "
-        "| alarm agent = gold agent % | steps before end | share of run left % |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, subset in summary["subsets"].items():
-        au = subset["auditor"]
-        lines.append(
-            f"| {name} | {_pct(au['alarm_rate'])} | {_pct(au['first_alarm_precision'])} "
-            f"| {_pct(au['first_alarm_precision_pm1'])} | {_pct(au['first_alarm_precision_pm3'])} "
-            f"| {_pct(au['first_alarm_agent_precision'])} "
-            f"| {au['mean_steps_before_end']['mean']:.1f} "
-            f"| {_pct(au['mean_fraction_before_end'])} |"
-        )
-    lines.append("")
-    return "\n".join(lines)
-
-
-def _cv_table(summary: Mapping[str, Any]) -> Table:
-    table = Table(title=f"{summary['attributor']} on {summary['dataset']} (held-out folds)")
-    for column in (
-        "subset",
-        "n",
-        "agent %",
-        "step %",
-        "±1 %",
-        "±3 %",
-        "first_error agent/step %",
-        "conformal α=0.1 cov/removed %",
-        "auditor hit %",
-    ):
-        table.add_column(column, justify="left" if column == "subset" else "right")  # fmt: skip
-    for name, subset in summary["subsets"].items():
-        a, fe = subset["accuracy"], subset["first_error"]
-        conformal = subset["conformal"].get("0.1")
-        table.add_row(
-            name,
-            str(subset["n"]),
-            _pct(a["agent"]),
-            _pct(a["step"]),
-            _pct(a["step_pm1"]),
-            _pct(a["step_pm3"]),
-            f"{100 * fe['agent']['mean']:.1f} / {100 * fe['step']['mean']:.1f}",
-            (
-                f"{100 * conformal['coverage']['mean']:.1f} / "
-                f"{100 * conformal['removed']['mean']:.1f}"
-                if conformal
-                else "-"
-            ),
-            _pct(subset["auditor"]["first_alarm_precision"]),
-        )
-    return table
 
 
 def cross_validate_command(
@@ -539,14 +433,7 @@ def cross_validate_command(
         )
     settings = CVSettings(folds=folds, seeds=seeds, use_ground_truth=use_ground_truth)
     stderr = Console(stderr=True)
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=stderr,
-    )
+    progress = attribution_progress(stderr)
     with progress:
         task = progress.add_task(
             f"{attributor}: {folds}-fold CV × {len(seeds)} seeds", total=folds * len(seeds)
@@ -559,5 +446,5 @@ def cross_validate_command(
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    Console().print(_cv_table(summary))
+    Console().print(cv_table(summary))
     click.echo(f"wrote {out_dir / 'summary.json'}, {out_dir / 'report.md'}")

@@ -15,7 +15,8 @@ import click
 from faultfinder.attributors.auditor import Auditor
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.learned import LearnedAttributor, default_model
-from faultfinder.benchmarks.datasets import DATASETS_DIR_ENV, load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.benchmarks.options import datasets_dir_option
 
 BUDGET_MS = 50.0
 
@@ -27,12 +28,7 @@ def _percentile(values: list[float], share: float) -> float:
 
 @click.command()
 @click.option("--repeats", type=click.IntRange(min=1), default=30, show_default=True)
-@click.option(
-    "--datasets-dir",
-    envvar=DATASETS_DIR_ENV,
-    type=click.Path(file_okay=False, path_type=Path),
-    help=f"Root of the datasets (${DATASETS_DIR_ENV}; default ../shared/datasets).",
-)
+@datasets_dir_option
 def main(repeats: int, datasets_dir: Path | None) -> None:
     """Time the learned attributor on the longest Who&When run."""
     records = list(load_dataset("who_and_when", resolve_datasets_dir(datasets_dir)))

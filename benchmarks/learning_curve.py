@@ -29,20 +29,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from faultfinder.attributors.learned import AgentRule
-from faultfinder.attributors.scoring import OVERALL, spread
-from faultfinder.benchmarks.datasets import DATASETS_DIR_ENV, BenchmarkRecord
-from faultfinder.benchmarks.train import (
+from faultfinder.attributors.learned.training import (
     DEFAULT_GRID,
-    FROM_DATABASE_HELP,
     FeatureCache,
     RunMatrix,
     batch_scores,
     fit_ensemble,
-    labelled_training_records,
-    require_training_packages,
     run_correct,
     stratified_folds,
 )
+from faultfinder.attributors.scoring import OVERALL, spread
+from faultfinder.benchmarks.cv_report import pct
+from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.benchmarks.options import datasets_dir_option, from_database_option
+from faultfinder.benchmarks.train import labelled_training_records, require_training_packages
 from faultfinder.server.progress import Progress
 
 __all__ = ["CurveSettings", "learning_curve", "learning_curve_command", "parse_shares"]
@@ -206,10 +206,6 @@ def learning_curve(
     }
 
 
-def _pct(metric: dict[str, float]) -> str:
-    return f"{100 * metric['mean']:.1f} ± {100 * metric['std']:.1f}"
-
-
 def _table(summary: dict[str, Any]) -> Table:
     table = Table(title="learned: held-out accuracy by training runs (fit: on its own runs)")
     for column in ("share", "train runs", "subset", "step %", "agent %", "fit step %"):
@@ -220,9 +216,9 @@ def _table(summary: dict[str, Any]) -> Table:
                 f"{entry['share']:g}",
                 f"{entry['train_runs']:.0f}",
                 subset,
-                _pct(metrics["step"]),
-                _pct(metrics["agent"]),
-                _pct(entry["fit_on_training_runs"][subset]["step"]),
+                pct(metrics["step"]),
+                pct(metrics["agent"]),
+                pct(entry["fit_on_training_runs"][subset]["step"]),
             )
     return table
 
@@ -254,13 +250,8 @@ def _table(summary: dict[str, Any]) -> Table:
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print only the summary JSON on stdout.")
 @click.option("--no-progress", is_flag=True, help="No progress on stderr.")
-@click.option(
-    "--datasets-dir",
-    envvar=DATASETS_DIR_ENV,
-    type=click.Path(file_okay=False, path_type=Path),
-    help=f"Root of the datasets (${DATASETS_DIR_ENV}; default ../shared/datasets).",
-)
-@click.option("--from-database", "database_url", metavar="URL", help=FROM_DATABASE_HELP)
+@datasets_dir_option
+@from_database_option
 def learning_curve_command(
     dataset: str,
     folds: int,

@@ -78,36 +78,32 @@ def retry_after_seconds(value: str | None, *, default: float, cap: float = 60.0)
 # --- OTLP/JSON ----------------------------------------------------------------------
 
 
-def _ids_to_hex(node: Any) -> Any:
+def _map_ids(node: Any, convert: Callable[[str], str]) -> Any:
+    """`node` with every trace/span id string passed through `convert`."""
     if isinstance(node, dict):
         return {
-            key: base64.b64decode(value).hex()
+            key: convert(value)
             if key in _ID_FIELDS and isinstance(value, str)
-            else _ids_to_hex(value)
+            else _map_ids(value, convert)
             for key, value in node.items()
         }
     if isinstance(node, list):
-        return [_ids_to_hex(item) for item in node]
+        return [_map_ids(item, convert) for item in node]
     return node
 
 
-def _ids_to_base64(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {
-            key: base64.b64encode(bytes.fromhex(value)).decode("ascii")
-            if key in _ID_FIELDS and isinstance(value, str)
-            else _ids_to_base64(value)
-            for key, value in node.items()
-        }
-    if isinstance(node, list):
-        return [_ids_to_base64(item) for item in node]
-    return node
+def _base64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def _hex_to_base64(value: str) -> str:
+    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
 
 
 def request_to_otlp_json(request: ExportTraceServiceRequest) -> bytes:
     """OTLP/JSON body of `request`: lowerCamelCase keys, hex trace/span ids, integer enums."""
     as_dict = json_format.MessageToDict(request, use_integers_for_enums=True)
-    return orjson.dumps(_ids_to_hex(as_dict))
+    return orjson.dumps(_map_ids(as_dict, _base64_to_hex))
 
 
 def otlp_json_to_request(body: bytes | str) -> ExportTraceServiceRequest:
@@ -117,8 +113,54 @@ def otlp_json_to_request(body: bytes | str) -> ExportTraceServiceRequest:
     """
     document = json.loads(body)
     request = ExportTraceServiceRequest()
-    json_format.Parse(json.dumps(_ids_to_base64(document)), request)
+    json_format.Parse(json.dumps(_map_ids(document, _hex_to_base64)), request)
     return request
+
+
+# --- SDK spans ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpanBuilder:
+    """Finished SDK spans of one resource and instrumentation scope, span ids drawn from `ids`."""
+
+    resource: Resource
+    scope: InstrumentationScope
+    ids: random.Random
+
+    def context(self, trace_id: int) -> SpanContext:
+        """A sampled local span context in `trace_id` with a fresh span id."""
+        return SpanContext(
+            trace_id=trace_id,
+            span_id=self.ids.getrandbits(64) or 1,
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+
+    def span(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        attributes: dict[str, Any],
+        start: int,
+        end: int,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        status: Status | None = None,
+    ) -> ReadableSpan:
+        return ReadableSpan(
+            name=name,
+            context=context,
+            parent=parent,
+            resource=self.resource,
+            attributes=attributes,
+            kind=kind,
+            status=status or Status(StatusCode.UNSET),
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=self.scope,
+        )
 
 
 # --- Realistic agent runs ------------------------------------------------------------
@@ -212,7 +254,7 @@ class AgentTraceFactory:
     _text: _TextSource = field(init=False)
     _rng: random.Random = field(init=False)
     _ids: random.Random = field(init=False)
-    _resource: Resource = field(init=False)
+    _builder: SpanBuilder = field(init=False)
     _clock: int = field(init=False)
     _runs: int = field(init=False, default=0)
 
@@ -224,41 +266,8 @@ class AgentTraceFactory:
         if self.project:
             attributes[c.PROJECT_NAME] = self.project
             attributes[c.OI_PROJECT_NAME] = self.project
-        self._resource = Resource.create(attributes)
+        self._builder = SpanBuilder(Resource.create(attributes), _SCOPE, self._ids)
         self._clock = self.start_ns
-
-    def _context(self, trace_id: int) -> SpanContext:
-        return SpanContext(
-            trace_id=trace_id,
-            span_id=self._ids.getrandbits(64) or 1,
-            is_remote=False,
-            trace_flags=TraceFlags(TraceFlags.SAMPLED),
-        )
-
-    def _span(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        attributes: dict[str, Any],
-        start: int,
-        end: int,
-        *,
-        kind: SpanKind = SpanKind.INTERNAL,
-        status: Status | None = None,
-    ) -> ReadableSpan:
-        return ReadableSpan(
-            name=name,
-            context=context,
-            parent=parent,
-            resource=self._resource,
-            attributes=attributes,
-            kind=kind,
-            status=status or Status(StatusCode.UNSET),
-            start_time=start,
-            end_time=end,
-            instrumentation_scope=_SCOPE,
-        )
 
     def _tick(self, low_ms: int, high_ms: int) -> int:
         self._clock += self._rng.randint(low_ms, high_ms) * 1_000_000
@@ -270,19 +279,19 @@ class AgentTraceFactory:
         self._runs += 1
         trace_id = self._ids.getrandbits(128) or 1
         conversation = f"bench-{trace_id:032x}"
-        root = self._context(trace_id)
+        root = self._builder.context(trace_id)
         root_start = self._tick(1, 5)
         task = text.text(200, 500)
         spans: list[ReadableSpan] = []
         answer = ""
         for _turn in range(rng.randint(3, 8)):
             agent, description = rng.choice(_AGENTS)
-            agent_ctx = self._context(trace_id)
+            agent_ctx = self._builder.context(trace_id)
             agent_start = self._tick(1, 3)
             model = rng.choice(_MODELS)
             calls = 2 if rng.random() < 0.5 else 1
             for call in range(calls):
-                chat_ctx = self._context(trace_id)
+                chat_ctx = self._builder.context(trace_id)
                 chat_start = self._tick(1, 2)
                 prompt = text.text(1000, 1800)
                 reply = text.text(500, 1100)
@@ -300,7 +309,7 @@ class AgentTraceFactory:
                     c.GEN_AI_USAGE_OUTPUT_TOKENS: len(reply) // 4,
                 }
                 spans.append(
-                    self._span(
+                    self._builder.span(
                         f"{c.OP_CHAT} {model}",
                         chat_ctx,
                         agent_ctx,
@@ -313,7 +322,7 @@ class AgentTraceFactory:
                 answer = reply
                 if call == 0 and calls == 2:
                     tool = rng.choice(_TOOLS)
-                    tool_ctx = self._context(trace_id)
+                    tool_ctx = self._builder.context(trace_id)
                     tool_start = self._tick(1, 2)
                     failed = rng.random() < 0.05
                     tool_attrs: dict[str, Any] = {
@@ -332,7 +341,7 @@ class AgentTraceFactory:
                         tool_attrs[c.ERROR_TYPE] = "TimeoutError"
                         status = Status(StatusCode.ERROR, f"{tool} timed out")
                     spans.append(
-                        self._span(
+                        self._builder.span(
                             f"{c.OP_EXECUTE_TOOL} {tool}",
                             tool_ctx,
                             agent_ctx,
@@ -352,7 +361,7 @@ class AgentTraceFactory:
                 c.GEN_AI_OUTPUT_MESSAGES: _messages(("assistant", answer[:1000])),
             }
             spans.append(
-                self._span(
+                self._builder.span(
                     f"{c.OP_INVOKE_AGENT} {agent}",
                     agent_ctx,
                     root,
@@ -369,7 +378,7 @@ class AgentTraceFactory:
             c.RUN_FRAMEWORK: "bench-agents",
         }
         spans.append(
-            self._span(
+            self._builder.span(
                 f"{c.OP_INVOKE_WORKFLOW} bench-run-{self._runs}",
                 root,
                 None,

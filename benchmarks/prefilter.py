@@ -16,15 +16,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from faultfinder.attributors.learned import StepModel
-from faultfinder.attributors.model import Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.train import (
+from faultfinder.attributors.learned.training import (
     DEFAULT_GRID,
     FeatureCache,
     ModelConfig,
+    TrainingOptions,
     record_folds,
     tune_and_fit,
 )
+from faultfinder.attributors.model import Trajectory
+from faultfinder.benchmarks.datasets import BenchmarkRecord
 
 __all__ = ["FoldModels", "build_fold_models"]
 
@@ -89,15 +90,14 @@ def build_fold_models(
             on_fold(done, len(wanted))
         held_out = set(plan[number])
         train = [record for i, record in enumerate(everything) if i not in held_out]
-        model = tune_and_fit(
-            train,
-            cache=cache,
+        options = TrainingOptions(
             grid=grid,
             inner_folds=inner_folds,
             seed=seed,
             use_ground_truth=use_ground_truth,
             auditor=False,
         )
+        model = tune_and_fit(train, cache=cache, options=options)
         models[number] = replace(
             model,
             training={

@@ -36,6 +36,8 @@ class PublishedRow:
     note: str = "GPT-4o"
 
 
+_FITTED = "no model; rules fitted after seeing the data"
+
 # Percent, GPT-4o unless noted, with the ground truth in the prompt unless marked.
 PUBLISHED_ROWS: tuple[PublishedRow, ...] = (
     PublishedRow("random", ALGORITHM_GENERATED, True, 29.1, 12.0, "no model"),
@@ -44,14 +46,7 @@ PUBLISHED_ROWS: tuple[PublishedRow, ...] = (
     PublishedRow("step-by-step", ALGORITHM_GENERATED, True, 35.2, 25.5),
     PublishedRow("binary search", ALGORITHM_GENERATED, True, 44.1, 24.0),
     PublishedRow("A2P", ALGORITHM_GENERATED, True, None, 47.5, "gpt-oss-120b"),
-    PublishedRow(
-        "first-error heuristic",
-        ALGORITHM_GENERATED,
-        True,
-        53.0,
-        29.0,
-        "no model; rules fitted after seeing the data",
-    ),
+    PublishedRow("first-error heuristic", ALGORITHM_GENERATED, True, 53.0, 29.0, _FITTED),
     PublishedRow("random", HAND_CRAFTED, True, 19.1, 4.2, "no model"),
     PublishedRow("all-at-once", HAND_CRAFTED, True, 55.2, 5.3),
     PublishedRow("all-at-once", HAND_CRAFTED, False, 53.4, 3.5),
@@ -59,14 +54,7 @@ PUBLISHED_ROWS: tuple[PublishedRow, ...] = (
     PublishedRow("binary search", HAND_CRAFTED, True, 51.7, 6.9),
     PublishedRow("hybrid", HAND_CRAFTED, True, 57.0, 12.3),
     PublishedRow("A2P", HAND_CRAFTED, True, None, 29.3, "model as published"),
-    PublishedRow(
-        "first-error heuristic",
-        HAND_CRAFTED,
-        True,
-        40.0,
-        9.0,
-        "no model; rules fitted after seeing the data",
-    ),
+    PublishedRow("first-error heuristic", HAND_CRAFTED, True, 40.0, 9.0, _FITTED),
 )
 
 _METRIC_LABELS = {
@@ -238,14 +226,10 @@ class MethodRow:
 
 def method_row(run_dir: Path, record_ids: Sequence[str] | None = None) -> MethodRow:
     """Summarise `run_dir`'s results.jsonl over `record_ids` (all its lines when None)."""
-    # Imported here: run.py imports this module for render_report.
-    from faultfinder.benchmarks.run import (
-        RESULTS_FILE,
-        RUN_FILE,
-        BenchmarkSettings,
-        read_results,
-        summarise_results,
-    )
+    # Imported here: the run package imports this module for render_report.
+    from faultfinder.benchmarks.run.attribution import BenchmarkSettings
+    from faultfinder.benchmarks.run.checkpoint import RESULTS_FILE, RUN_FILE, read_results
+    from faultfinder.benchmarks.run.summary import summarise_results
 
     identity = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))["identity"]
     lines = read_results(run_dir / RESULTS_FILE)

@@ -27,16 +27,14 @@ import time
 from dataclasses import dataclass, field
 
 import click
-from sqlalchemy import func, select
 
 from faultfinder.benchmarks.chaos import ChaosTraffic
 from faultfinder.server import lifecycle
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
-from faultfinder.server.jobs import JobQueue
 from faultfinder.server.otlp.decode import decode_protobuf
 from faultfinder.server.otlp.model import SpanRecord
-from faultfinder.server.store import RUNS, RunStatus, SpanStore
+from faultfinder.server.store import JobQueue, RunStatus, SpanStore
 
 
 @dataclass
@@ -102,12 +100,9 @@ async def measure(
     try:
         await asyncio.gather(writer(), sweeper())
         cutoff = time.time_ns() - int(quiet * 1e9)
-        running = RUNS.c.status == RunStatus.RUNNING.value
-        async with engine.connect() as conn:
-            count = select(func.count()).select_from(RUNS).where(running)
-            figures.running = (await conn.execute(count)).scalar_one()
-            due = count.where(RUNS.c.last_span_received_at <= cutoff)
-            figures.due = (await conn.execute(due)).scalar_one()
+        running = RunStatus.RUNNING.value
+        figures.running = await store.count_runs(status=running)
+        figures.due = await store.count_runs(status=running, quiet_since=cutoff)
     finally:
         await engine.dispose()
         gc.unfreeze()

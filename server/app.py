@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import logging
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -22,37 +20,39 @@ from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetail
 from faultfinder import __version__
 from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.model import Attribution
-from faultfinder.server import lifecycle
+from faultfinder.server.api.alarms import AlarmController
 from faultfinder.server.api.attribute import AttributeController
-from faultfinder.server.api.dependencies import DEPENDENCIES
-from faultfinder.server.api.health import HealthController
-from faultfinder.server.api.otlp import InflightBytes, OtlpTraceController
-from faultfinder.server.api.runs import RunController
-from faultfinder.server.api.ui import (
+from faultfinder.server.api.dashboard import (
     DashboardController,
     DashboardGate,
     dashboard_static_files,
     dashboard_templates,
 )
+from faultfinder.server.api.dependencies import DEPENDENCIES
+from faultfinder.server.api.health import HealthController
+from faultfinder.server.api.metrics import MetricsController
+from faultfinder.server.api.otlp import InflightBytes, OtlpTraceController
+from faultfinder.server.api.runs import RunController
+from faultfinder.server.api.stats import StatsController
 from faultfinder.server.attribution import AttributionService, AttributionWorker
-from faultfinder.server.audit import AlarmStore, OnlineAuditor
+from faultfinder.server.audit import OnlineAuditor
 from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.composition import (
-    attribution_config_for,
+    attributor_context_for,
     auditor_for,
     learned_model_for,
     load_plugins,
 )
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
-from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, RUN_STATUS, EventBus, announcing
+from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
-from faultfinder.server.jobs import JobQueue
-from faultfinder.server.metrics import MetricsController, ServerMetrics
+from faultfinder.server.metrics import ServerMetrics
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, load_settings
-from faultfinder.server.store import LabelStore, SpanStore, UnknownRunError
+from faultfinder.server.store import AlarmStore, JobQueue, LabelStore, SpanStore, UnknownRunError
+from faultfinder.server.sweeper import LifecycleSweeper
 from faultfinder.server.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
@@ -66,64 +66,6 @@ ingest requests, each take-back waited for up to the whole interval: 3.5-4.5 % o
 transactions took 0.25-0.5 s instead of ~40 ms, and they set the request p99. At 0.5 ms
 at most 1 in ~500 did, the p99 fell by about 40 % and throughput rose by 15-25 %
 (benchmarks/reports/reliability.md and ingest.md)."""
-
-
-class LifecycleSweeper:
-    """Daemon: turns quiet runs complete or failed, and gives failed runs their jobs."""
-
-    def __init__(
-        self, store: SpanStore, jobs: JobQueue, settings: Settings, events: EventBus
-    ) -> None:
-        self._store = store
-        self._jobs = jobs
-        self._settings = settings
-        self._events = events
-        self._task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> LifecycleSweeper:
-        self._task = asyncio.create_task(self._run(), name="faultfinder-lifecycle")
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                transitions = await lifecycle.sweep(
-                    self._store, now=time.time(), quiet_period_s=self._settings.quiet_period
-                )
-                await self._announce(transitions)
-            except Exception:
-                log.exception("lifecycle sweep failed; trying again")
-            await asyncio.sleep(self._settings.sweep_interval)
-
-    async def settle(self, run_id: str) -> None:
-        """Apply the lifecycle to one run now (an outcome was just posted for it), and give
-        it its jobs if it failed, instead of waiting for the next sweep."""
-        transitions = await lifecycle.sweep(
-            self._store,
-            now=time.time(),
-            quiet_period_s=self._settings.quiet_period,
-            only=run_id,
-        )
-        await self._announce(transitions)
-
-    async def _announce(self, transitions: list[lifecycle.RunTransition]) -> None:
-        for transition in transitions:
-            log.info("run %s is now %s", transition.run_id, transition.status)
-            self._events.publish(
-                RUN_STATUS,
-                {
-                    "run_id": transition.run_id,
-                    "previous": transition.previous.value,
-                    "status": transition.status.value,
-                },
-            )
-        await self._jobs.enqueue_for_failed_runs(self._settings.attributors)
 
 
 def unknown_run(request: Request[Any, Any, Any], exc: UnknownRunError) -> Response[Any]:
@@ -170,7 +112,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         learned_model = await asyncio.to_thread(learned_model_for, settings)
         attribution = AttributionService(
             store,
-            attributor_config=attribution_config_for(settings, learned_model),
+            context=attributor_context_for(settings, learned_model),
             timeout_s=settings.attribution_timeout,
         )
         webhooks = WebhookSender(settings.webhook_urls, secret=settings.webhook_secret)
@@ -259,6 +201,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             sys.setswitchinterval(switch_interval)
             gc.unfreeze()
             events.close()
+            await attribution.aclose()
             await engine.dispose()
 
     return Litestar(
@@ -267,6 +210,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             OtlpTraceController,
             RunController,
             AttributeController,
+            AlarmController,
+            StatsController,
             HealthController,
             MetricsController,
             DashboardController,

@@ -25,30 +25,24 @@ Rules (pure, and independent of the order in which spans arrived):
    `graph.node.id`), else that of the nearest ancestor naming an agent or being an agent
    invocation (`invoke_agent` / OpenInference AGENT, whose span name stands in when it
    names no agent), else the step's span name.
-6. **Run facts.** `faultfinder.run.*`, `faultfinder.dataset.*` and `faultfinder.label.*`
-   are read from the root first, then from the other spans in start order. The task
-   falls back to the first human step's text, then the root's (or first step's) user
-   input; the final answer falls back to the output of a root that is not a step (a
-   root with none: the last step, when it is a model's reply that ended well and calls
-   no tool).
+6. **Run facts.** `faultfinder.server.run_facts`.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
-
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.server.otlp.mapping import MappedSpan, as_text, map_span, requests_tools
+from faultfinder.server.otlp.mapping import MappedSpan, as_text, map_span
 from faultfinder.server.otlp.messages import upper
-from faultfinder.server.otlp.model import AttributeValue, SpanRecord
+from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.otlp.shapes import without_method
+from faultfinder.server.run_facts import trajectory_with_facts
 
 __all__ = ["assemble_trajectory"]
 
@@ -85,7 +79,14 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
             for position, span in enumerate(step_spans)
         )
     )
-    return _trajectory(run_id, ordered, root, mapped, step_spans, steps)
+    # A tool's arguments are never the user's text: the first step that is not a tool's.
+    first_step_facts = next(
+        (facts for span in step_spans if (facts := mapped[_key(span)]).kind is not StepKind.TOOL),
+        None,
+    )
+    return trajectory_with_facts(
+        run_id, ordered, root, mapped[_key(root)], first_step_facts, step_spans, steps
+    )
 
 
 def _key(span: SpanRecord) -> _SpanKey:
@@ -433,229 +434,3 @@ def _step(
         error=facts.error,
         metadata={name: value for name, value in extras.items() if value is not None},
     )
-
-
-def _first_attribute(
-    root: SpanRecord, ordered: Sequence[SpanRecord], key: str
-) -> AttributeValue | None:
-    for span in (root, *ordered):
-        value = span.attributes.get(key)
-        if value is not None:
-            return value
-    return None
-
-
-def _trajectory(
-    run_id: str,
-    ordered: Sequence[SpanRecord],
-    root: SpanRecord,
-    mapped: dict[_SpanKey, MappedSpan],
-    step_spans: Sequence[SpanRecord],
-    steps: tuple[Step, ...],
-) -> Trajectory:
-    def attribute(key: str) -> str | None:
-        text: str | None = as_text(_first_attribute(root, ordered, key))
-        return text
-
-    root_facts = mapped[_key(root)]
-    # A tool's arguments are never the user's text: the first step that is not a tool's.
-    first_step_facts = next(
-        (facts for span in step_spans if (facts := mapped[_key(span)]).kind is not StepKind.TOOL),
-        None,
-    )
-    task = _first_of(
-        attribute(c.RUN_TASK),
-        next((step.content for step in steps if step.kind is StepKind.HUMAN), None),
-        root_facts.user_input,
-        task_text(root_facts.input),
-        _first_crew_task(root),
-        first_step_facts.user_input if first_step_facts else None,
-        task_text(first_step_facts.input) if first_step_facts else None,
-        # Call arguments naming no user text are still better than no task at all.
-        root_facts.input,
-    )
-    final_answer = attribute(c.RUN_FINAL_ANSWER)
-    if final_answer is None and not any(span is root for span in step_spans):
-        # A root that failed tells its error in its output (Agno, BeeAI): that is no answer.
-        failed = root_facts.status is StepStatus.ERROR
-        final_answer = None if failed else answer_text(root_facts.content)
-        if final_answer is None:
-            final_answer = _last_reply(step_spans, steps)
-        else:
-            final_answer = _quoted_reply(final_answer, step_spans, steps)
-    return Trajectory(
-        run_id=run_id,
-        task=task or "",
-        ground_truth=attribute(c.RUN_GROUND_TRUTH),
-        final_answer=final_answer,
-        steps=steps,
-        metadata=_metadata(root, ordered, attribute),
-    )
-
-
-_TASK_KEYS = ("task", "input", "query", "question", "prompt", "user_input", "message", "messages")
-"""Where a framework's JSON call arguments put the user's text (smolagents `run(task=…)`,
-AutoGen `run(task=…)`, LangChain `{"input": …}`, `{"messages": [...]}`)."""
-
-
-def task_text(text: str | None) -> str | None:
-    """The user's text in an input that is a JSON object of call arguments (`{"task":
-    "…", "stream": false}`); None when such arguments hold none (LlamaIndex's
-    `{"start_event": "AgentWorkflowStartEvent()", …}`); other input as it is."""
-    if not text or not text.lstrip().startswith(("{", "[")):
-        return text
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
-    return _user_text(value, depth=0)
-
-
-def _user_text(value: object, *, depth: int) -> str | None:
-    if depth > 4:
-        return None
-    if isinstance(value, str):
-        return value.strip() or None
-    if isinstance(value, list):
-        # Messages: the last one a user wrote, else the last with text.
-        for item in reversed(value):
-            if isinstance(item, dict) and str(item.get("role", item.get("type", ""))).lower() in (
-                "user",
-                "human",
-                "usermessage",
-                "humanmessage",
-            ):
-                found = _user_text(item.get("content"), depth=depth + 1)
-                if found:
-                    return found
-        texts = [text for item in value if (text := _user_text(item, depth=depth + 1))]
-        return texts[-1] if texts else None
-    if isinstance(value, dict):
-        for key in (*_TASK_KEYS, "content", "text"):
-            if key in value and (found := _user_text(value[key], depth=depth + 1)):
-                return found
-        if len(value) == 1:
-            # The arguments gathered under one name (DSPy's `{"input_args": {…}}`).
-            return _user_text(next(iter(value.values())), depth=depth + 1)
-        return None
-    return None
-
-
-def _quoted_reply(text: str, step_spans: Sequence[SpanRecord], steps: Sequence[Step]) -> str:
-    """The run's last reply when the root's output is an object serialised around it, the
-    reply quoted inside (LlamaIndex's `StopEvent(result=AgentOutput(… text='…')…)`, cut
-    short); else the root's output as it is."""
-    reply = _last_reply(step_spans, steps)
-    if reply is None or reply == text.strip():
-        return text
-    quoted = any(f"{quote}{reply}" in text for quote in ("'", '"'))
-    return reply if quoted else text
-
-
-def _last_reply(step_spans: Sequence[SpanRecord], steps: Sequence[Step]) -> str | None:
-    """The run's last step when it is a model's reply that answers (ended without error and
-    calls no tool): the final answer of a run whose root carries no output (the OpenAI
-    Agents SDK's trace span)."""
-    if not steps:
-        return None
-    last, span = steps[-1], step_spans[-1]
-    if last.kind is not StepKind.LLM or last.status is StepStatus.ERROR or requests_tools(span):
-        return None
-    return last.content.strip() or None
-
-
-def answer_text(text: str | None) -> str | None:
-    """The answer in an output that is a JSON object holding the conversation (`{"messages":
-    [...], "stop_reason": …}`: an AutoGen team's result, a LangGraph state): the text of
-    its last message that has text; else the output as it is."""
-    if not text or not text.lstrip().startswith("{"):
-        return text
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
-    messages = value.get("messages") if isinstance(value, dict) else None
-    if not isinstance(messages, list):
-        return text
-    for message in reversed(messages):
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if content is None and isinstance(message.get("kwargs"), dict):
-            content = message["kwargs"].get("content")  # a LangChain-serialised message
-        if isinstance(content, str) and content.strip():
-            return content
-    return text
-
-
-def _first_crew_task(root: SpanRecord) -> str | None:
-    """A CrewAI crew's kickoff (its root) lists the crew's tasks (`crew_tasks`): the
-    user's text is the first task's description."""
-    value = root.attributes.get(c.CREWAI_CREW_TASKS)
-    if not isinstance(value, str) or not value.lstrip().startswith("["):
-        return None
-    try:
-        tasks = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(tasks, list) or not tasks or not isinstance(tasks[0], dict):
-        return None
-    description = tasks[0].get("description")
-    if not isinstance(description, str):
-        return None
-    return description.strip() or None
-
-
-def _first_of(*values: str | None) -> str | None:
-    return next((value for value in values if value), None)
-
-
-def _metadata(
-    root: SpanRecord, ordered: Sequence[SpanRecord], attribute: Callable[[str], str | None]
-) -> dict[str, Any]:
-    trace_ids = sorted({span.trace_id for span in ordered} - {root.trace_id})
-    metadata: dict[str, Any] = {
-        "project": root.project,
-        "trace_ids": [root.trace_id, *trace_ids],
-        "root_span_id": root.span_id,
-        "span_count": len(ordered),
-    }
-    service = as_text(root.resource_attributes.get(c.SERVICE_NAME))
-    outcome = attribute(c.RUN_OUTCOME)
-    optional = {
-        "service": service,
-        "framework": attribute(c.RUN_FRAMEWORK),
-        "dataset": attribute(c.DATASET_NAME),
-        "record": attribute(c.DATASET_RECORD),
-        "outcome": outcome.strip().lower() if outcome else None,
-        "outcome_reason": attribute(c.RUN_OUTCOME_REASON),
-    }
-    metadata.update({name: value for name, value in optional.items() if value is not None})
-    label = _label(root, ordered)
-    if label:
-        metadata["label"] = label
-    return metadata
-
-
-def _label(root: SpanRecord, ordered: Sequence[SpanRecord]) -> dict[str, Any]:
-    label: dict[str, Any] = {}
-    agent = as_text(_first_attribute(root, ordered, c.LABEL_AGENT))
-    if agent is not None:
-        label["agent"] = agent
-    step = _first_attribute(root, ordered, c.LABEL_STEP)
-    if step is not None:
-        text = as_text(step) or ""
-        # A step label sent as a string (or float) is still a step number.
-        label["step"] = int(float(text)) if _is_number(text) else text
-    reason = as_text(_first_attribute(root, ordered, c.LABEL_REASON))
-    if reason is not None:
-        label["reason"] = reason
-    return label
-
-
-def _is_number(text: str) -> bool:
-    try:
-        value = float(text)
-    except ValueError:
-        return False
-    return value.is_integer()

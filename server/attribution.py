@@ -14,19 +14,27 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
 
-from faultfinder.attributors.base import AttributeOptions, Attributor, get_attributor
+from faultfinder.attributors.base import (
+    AttributeOptions,
+    Attributor,
+    close_attributor,
+    get_attributor,
+)
 from faultfinder.attributors.model import (
     Attribution,
     AttributionStatus,
     Trajectory,
     validate_against,
 )
-from faultfinder.server.jobs import Job, JobQueue
-from faultfinder.server.store import SpanStore
+from faultfinder.server.daemon import Daemon
+from faultfinder.server.store import Job, JobQueue, SpanStore
 from faultfinder.server.trajectories import run_trajectory
+
+if TYPE_CHECKING:
+    from faultfinder.attributors.context import AttributorContext
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +54,23 @@ def without_gold(trajectory: Trajectory) -> Trajectory:
 
 
 class AttributionService:
-    """Builds attributors by name (once each) and runs them safely."""
+    """Builds attributors by name (once each) and runs them safely.
+
+    Factories that take a context get `context` (its settings, learned model and shared
+    model connections); `attributor_config` holds other constructor arguments by name.
+    `aclose` closes the attributors built and then the context, once, when the service stops.
+    """
 
     def __init__(
         self,
         store: SpanStore,
         *,
+        context: AttributorContext | None = None,
         attributor_config: Mapping[str, Mapping[str, Any]] | None = None,
         timeout_s: float = 600.0,
     ) -> None:
         self._store = store
+        self._context = context
         self._config = dict(attributor_config or {})
         self._timeout_s = timeout_s
         self._attributors: dict[str, Attributor] = {}
@@ -63,8 +78,21 @@ class AttributionService:
     def attributor(self, name: str) -> Attributor:
         """The attributor registered as `name` (raises UnknownAttributorError)."""
         if name not in self._attributors:
-            self._attributors[name] = get_attributor(name, **self._config.get(name, {}))
+            self._attributors[name] = get_attributor(
+                name, self._context, **self._config.get(name, {})
+            )
         return self._attributors[name]
+
+    async def aclose(self) -> None:
+        """Close what the attributors hold open, then the context's model connections."""
+        attributors, self._attributors = list(self._attributors.values()), {}
+        for attributor in attributors:
+            try:
+                await close_attributor(attributor)
+            except Exception:
+                log.exception("closing attributor %s failed", attributor.name)
+        if self._context is not None:
+            await self._context.aclose()
 
     async def attribute(
         self, trajectory: Trajectory, name: str, *, use_ground_truth: bool | None = None
@@ -122,8 +150,13 @@ class AttributionService:
         return None
 
 
-class AttributionWorker:
-    """Daemon: claim jobs, attribute, store; `async with AttributionWorker(...)`."""
+class AttributionWorker(Daemon):
+    """Daemon: claim jobs, attribute, store; `async with AttributionWorker(...)`.
+
+    `concurrency` loops claim and run jobs side by side; the first also does the
+    queue's housekeeping."""
+
+    name = "faultfinder-worker"
 
     def __init__(
         self,
@@ -137,6 +170,7 @@ class AttributionWorker:
         on_attribution: OnAttribution | None = None,
         name: str | None = None,
     ) -> None:
+        super().__init__()
         self._service = service
         self._jobs = jobs
         self._concurrency = concurrency
@@ -144,47 +178,36 @@ class AttributionWorker:
         self._lease_s = lease_s
         self._auto = auto_attributors
         self._on_attribution = on_attribution
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
-        self._tasks: list[asyncio.Task[None]] = []
-        self._stopping = asyncio.Event()
+        self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        """The name the worker claims jobs under (host, process, object)."""
         self.executed = 0
 
-    async def __aenter__(self) -> AttributionWorker:
-        self._tasks = [
-            asyncio.create_task(self._loop(slot), name=f"faultfinder-worker-{slot}")
-            for slot in range(self._concurrency)
-        ]
-        return self
+    def loops(self) -> list[Coroutine[Any, Any, None]]:
+        return [self._loop(slot) for slot in range(self._concurrency)]
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._stopping.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def run(self) -> None:
+        await self._loop(0)
 
     async def _loop(self, slot: int) -> None:
-        while not self._stopping.is_set():
+        while not self.stopping:
             try:
                 if slot == 0:
                     # Housekeeping on one slot: jobs of dead workers, failed runs without jobs.
                     await self._jobs.requeue_expired()
                     await self._jobs.enqueue_for_failed_runs(self._auto)
-                job = await self._jobs.claim(self.name, lease_s=self._lease_s)
+                job = await self._jobs.claim(self.worker_id, lease_s=self._lease_s)
             except Exception:
                 log.exception("claiming a job failed; trying again")
                 job = None
             if job is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self._poll_interval)
+                await self.pause(self._poll_interval)
                 continue
             await self._execute(job)
 
     async def _renew_lease(self, job: Job) -> None:
         while True:
             await asyncio.sleep(self._lease_s / 3)
-            if not await self._jobs.renew(job.id, self.name, lease_s=self._lease_s):
+            if not await self._jobs.renew(job.id, self.worker_id, lease_s=self._lease_s):
                 log.warning("lost the lease on job %s", job.id)
                 return
 
@@ -194,7 +217,7 @@ class AttributionWorker:
             trajectory = await self._service.trajectory_of(job)
             if trajectory is None:
                 await self._jobs.give_up(
-                    job.id, self.name, error="the run has no spans to attribute"
+                    job.id, self.worker_id, error="the run has no spans to attribute"
                 )
                 return
             attribution = await self._service.attribute(trajectory, job.attributor)
@@ -207,9 +230,11 @@ class AttributionWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
         if attribution.status is AttributionStatus.FAILED and job.attempts < job.max_attempts:
-            await self._jobs.retry_later(job, self.name, error=attribution.failure_reason or "")
+            await self._jobs.retry_later(
+                job, self.worker_id, error=attribution.failure_reason or ""
+            )
             return
-        stored = await self._jobs.finish_with_attribution(job, self.name, attribution)
+        stored = await self._jobs.finish_with_attribution(job, self.worker_id, attribution)
         if stored and self._on_attribution is not None:
             try:
                 await self._on_attribution(job.run_id, attribution)

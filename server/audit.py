@@ -17,27 +17,21 @@ to ingest: it then audits fewer of the runs, later, rather than slowing ingest d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
-from sqlalchemy import Table, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.attributors.auditor import Alarm, Auditor
-from faultfinder.server.db.models import AlarmTable, RunStatus
+from faultfinder.server.daemon import PeriodicDaemon
+from faultfinder.server.db.models import RunStatus
 from faultfinder.server.otlp.model import SpanRecord
-from faultfinder.server.store import RunRow, SpanStore
+from faultfinder.server.store import AlarmStore, RunRow, SpanStore
 from faultfinder.server.trajectories import run_trajectory
 
 log = logging.getLogger(__name__)
-
-ALARMS: Table = AlarmTable.__table__  # type: ignore[attr-defined]
 
 OnAlarm = Callable[[Alarm], Awaitable[None]]
 
@@ -47,83 +41,10 @@ AUDIT_BUSY_SHARE = 0.5
 """Most of the wall-clock time a pass spends auditing; it rests for the remainder."""
 
 
-@dataclass(frozen=True)
-class StoredAlarm:
-    run_id: str
-    step: int
-    agent: str
-    score: float
-    threshold: float
-    steps_seen: int
-    created_at: float
-    """Unix seconds."""
-    reason: str | None = None
-
-
-class AlarmStore:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-
-    async def add(self, alarm: Alarm) -> bool:
-        """Store the run's alarm; False when the run already has one (or is gone)."""
-        return bool(await self.add_many([alarm]))
-
-    async def add_many(self, alarms: Sequence[Alarm]) -> list[Alarm]:
-        """Store alarms (at most one per run) in one statement; returns those stored, in
-        order. An alarm is skipped when its run already has one (or is gone)."""
-        if not alarms:
-            return []
-        now = time.time_ns()
-        values = [
-            {
-                "run_id": alarm.run_id,
-                "step": alarm.step,
-                "agent": alarm.agent,
-                "score": alarm.score,
-                "threshold": alarm.threshold,
-                "steps_seen": alarm.steps_seen,
-                "created_at": now,
-                "reason": alarm.reason,
-            }
-            for alarm in alarms
-        ]
-        statement = (
-            self._insert(ALARMS).values(values).on_conflict_do_nothing().returning(ALARMS.c.run_id)
-        )
-        async with self._engine.begin() as conn:
-            stored = {row.run_id for row in await conn.execute(statement)}
-        return [alarm for alarm in alarms if alarm.run_id in stored]
-
-    async def for_runs(self, run_ids: list[str]) -> dict[str, StoredAlarm]:
-        if not run_ids:
-            return {}
-        async with self._engine.connect() as conn:
-            rows = await conn.execute(select(ALARMS).where(ALARMS.c.run_id.in_(run_ids)))
-            return {row.run_id: _stored(row) for row in rows}
-
-    async def recent(self, limit: int = 100) -> list[StoredAlarm]:
-        async with self._engine.connect() as conn:
-            rows = await conn.execute(select(ALARMS).order_by(ALARMS.c.id.desc()).limit(limit))
-            return [_stored(row) for row in rows]
-
-
-def _stored(row: object) -> StoredAlarm:
-    mapping = row._mapping  # type: ignore[attr-defined]
-    return StoredAlarm(
-        run_id=mapping["run_id"],
-        step=mapping["step"],
-        agent=mapping["agent"],
-        score=mapping["score"],
-        threshold=mapping["threshold"],
-        steps_seen=mapping["steps_seen"],
-        created_at=mapping["created_at"] / 1e9,
-        reason=mapping["reason"],
-    )
-
-
-class OnlineAuditor:
+class OnlineAuditor(PeriodicDaemon):
     """Daemon: audit running runs as their spans arrive; `async with OnlineAuditor(...)`."""
+
+    name = "faultfinder-auditor"
 
     def __init__(
         self,
@@ -139,37 +60,24 @@ class OnlineAuditor:
     ) -> None:
         if not 0 < busy_share <= 1:
             raise ValueError(f"busy_share must be in (0, 1], not {busy_share}")
+        super().__init__(interval)
         self._store = store
         self._alarms = alarms
         self._auditor = auditor
-        self._interval = interval
         self._on_alarm = on_alarm
         self._max_runs = max_runs
         self._batch_runs = batch_runs
         self._rest_per_busy = 1 / busy_share - 1
         self._seen: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
         self._limiter: anyio.CapacityLimiter | None = None
 
-    async def __aenter__(self) -> OnlineAuditor:
+    async def start(self) -> None:
         if self._auditor is None:
             self._auditor = await asyncio.to_thread(Auditor)
-        self._task = asyncio.create_task(self._run(), name="faultfinder-auditor")
-        return self
+        await super().start()
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.audit_once()
-            except Exception:
-                log.exception("auditing running runs failed; trying again")
-            await asyncio.sleep(self._interval)
+    async def tick(self) -> None:
+        await self.audit_once()
 
     async def audit_once(self) -> list[Alarm]:
         """One pass over running runs whose span count changed; returns new alarms.

@@ -1,5 +1,5 @@
 """What `serve` and `worker` build alike from the settings: the attributor plugins, the
-learned model, the attributors' configuration and the online auditor's model.
+learned model, the attributors' context and configuration, and the online auditor's model.
 
 The web app (`app.py`) and the worker process (`worker_main.py`) both start from here,
 so neither borrows from the other.
@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from faultfinder.attributors.auditor import Auditor
-from faultfinder.attributors.base import available_attributors
+from faultfinder.attributors.base import PluginError, available_attributors, load_entry_points
 from faultfinder.attributors.learned import StepModel
 from faultfinder.server.settings import Settings, SettingsError
 
-__all__ = ["attribution_config_for", "auditor_for", "learned_model_for", "load_plugins"]
+if TYPE_CHECKING:
+    from faultfinder.attributors.context import AttributorContext
+
+__all__ = [
+    "attributor_context_for",
+    "auditor_for",
+    "learned_model_for",
+    "load_plugins",
+]
 
 log = logging.getLogger(__name__)
 
 
 def load_plugins(settings: Settings) -> None:
-    """Import attributor plugins and check every configured attributor exists."""
+    """Import attributor plugins (the modules of `FAULTFINDER_PLUGINS` and the entry points
+    of installed packages) and check every configured attributor exists."""
     for module in settings.plugins:
         try:
             importlib.import_module(module)
@@ -30,6 +39,10 @@ def load_plugins(settings: Settings) -> None:
             raise SettingsError(
                 f"plugins (FAULTFINDER_PLUGINS): cannot import {module!r}: {exc}"
             ) from None
+    try:
+        load_entry_points()
+    except PluginError as exc:
+        raise SettingsError(str(exc)) from None
     unknown = [name for name in settings.attributors if name not in available_attributors()]
     if unknown:
         raise SettingsError(
@@ -56,14 +69,15 @@ def auditor_for(learned_model: StepModel | None) -> Auditor | None:
     return Auditor(learned_model)
 
 
-def attribution_config_for(
+def attributor_context_for(
     settings: Settings, learned_model: StepModel | None
-) -> dict[str, dict[str, Any]]:
-    """Constructor arguments for the attributors that talk to a model endpoint, and the
-    learned model (`learned_model_for(settings)`; None: the packaged one) for `learned` and
-    the LLM pre-filter."""
+) -> AttributorContext:
+    """What every attributor is built with: the model endpoint of the LLM methods (one
+    shared connection per endpoint), the pre-filter depth and the learned model
+    (`learned_model_for(settings)`; None: the packaged one). The service that is given it
+    closes it when it stops."""
+    from faultfinder.attributors.context import AttributorContext
     from faultfinder.attributors.llm import ModelSettings
-    from faultfinder.attributors.llm_methods import LLM_METHODS
 
     given = {
         "base_url": settings.llm_base_url,
@@ -76,12 +90,6 @@ def attribution_config_for(
     model = ModelSettings.model_validate(
         {name: value for name, value in given.items() if value is not None}
     )
-    config: dict[str, dict[str, Any]] = {
-        name: {"settings": model, "prefilter_top_k": settings.llm_prefilter_top_k}
-        for name in LLM_METHODS
-    }
-    if learned_model is not None:
-        for name in LLM_METHODS:
-            config[name]["prefilter_model"] = learned_model
-        config["learned"] = {"model": learned_model}
-    return config
+    return AttributorContext(
+        llm=model, prefilter_top_k=settings.llm_prefilter_top_k, learned_model=learned_model
+    )

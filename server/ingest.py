@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
 
+from faultfinder.server.daemon import Daemon
 from faultfinder.server.otlp.model import SpanRecord
 
 log = logging.getLogger(__name__)
@@ -218,8 +219,13 @@ class IngestCounters:
         self.requests_rejected[reason] = self.requests_rejected.get(reason, 0) + 1
 
 
-class SpanWriter:
-    """Bounded queue + single writer task, as an async context manager (a daemon)."""
+class SpanWriter(Daemon):
+    """Bounded queue + single writer task, as an async context manager (a daemon).
+
+    Stopping drains the queue: every span already queued is written before it ends."""
+
+    name = "faultfinder-span-writer"
+    drain_on_stop = True
 
     def __init__(
         self,
@@ -233,6 +239,7 @@ class SpanWriter:
     ) -> None:
         """`transient_attempts`: tries of one batch that keeps failing with transient
         errors before it is split (with the default backoff, about 7 s)."""
+        super().__init__()
         self._write = write
         self._max_queued = max_queued_spans
         self._max_batch = max_batch_spans
@@ -242,24 +249,14 @@ class SpanWriter:
         self._pending: deque[_Pending] = deque()
         self._queued_spans = 0
         self._wakeup = asyncio.Event()
-        self._stopping = False
-        self._task: asyncio.Task[None] | None = None
         self.counters = IngestCounters()
 
     @property
     def queued_spans(self) -> int:
         return self._queued_spans
 
-    async def __aenter__(self) -> SpanWriter:
-        self._task = asyncio.create_task(self._run(), name="faultfinder-span-writer")
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        # Clean shutdown drains the queue: every acknowledged-to-be span gets written.
-        self._stopping = True
+    def stop_requested(self) -> None:
         self._wakeup.set()
-        if self._task is not None:
-            await self._task
 
     async def submit(self, spans: Sequence[SpanRecord]) -> Stored:
         """Queue spans and wait until they are stored.
@@ -273,7 +270,7 @@ class SpanWriter:
         self.counters.spans_received += len(spans)
         if not spans:
             return Stored()
-        if self._stopping:
+        if self.stopping:
             raise IngestUnavailableError("the sidecar is shutting down")
         if self._queued_spans + len(spans) > self._max_queued and self._queued_spans > 0:
             self.counters.reject_request("saturated")
@@ -302,10 +299,10 @@ class SpanWriter:
             total += len(item.spans)
         return batch
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         while True:
             if not self._pending:
-                if self._stopping:
+                if self.stopping:
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()

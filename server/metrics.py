@@ -11,10 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from litestar import Controller, Request, Response, get
-from litestar.datastructures import State
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,15 +19,13 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 
 from faultfinder.attributors.model import Attribution, AttributionStatus
 from faultfinder.server.db.models import JobStatus, RunStatus
 from faultfinder.server.ingest import SpanWriter
-from faultfinder.server.jobs import JOBS
-from faultfinder.server.store import RUNS, SpanStore
+from faultfinder.server.store import JobQueue, SpanStore
 
 log = logging.getLogger(__name__)
 
@@ -234,42 +229,17 @@ class ServerMetrics:
         if ok and attribution.agent is not None:
             self.blame.labels(attribution.agent, method).inc()
 
-    async def refresh(self, store: SpanStore | None) -> None:
+    async def refresh(self, store: SpanStore, jobs: JobQueue) -> None:
         """Read run and job counts from the database for the next exposition."""
         snapshot = DatabaseSnapshot()
-        if store is not None:
-            try:
-                async with store.engine.connect() as conn:
-                    runs = await conn.execute(
-                        select(RUNS.c.status, func.count()).group_by(RUNS.c.status)
-                    )
-                    snapshot.runs = {status: count for status, count in runs.tuples()}
-                    jobs = await conn.execute(
-                        select(JOBS.c.attributor, JOBS.c.status, func.count()).group_by(
-                            JOBS.c.attributor, JOBS.c.status
-                        )
-                    )
-                    snapshot.jobs = {(a, s): count for a, s, count in jobs.tuples()}
-                snapshot.up = True
-            except Exception:  # a scrape reports the database as down instead of failing
-                log.exception("reading run and job counts for /metrics failed")
+        try:
+            snapshot.runs = await store.runs_by_status()
+            snapshot.jobs = await jobs.counts_by_attributor()
+            snapshot.up = True
+        except Exception:  # a scrape reports the database as down instead of failing
+            log.exception("reading run and job counts for /metrics failed")
         self.live.snapshot = snapshot
 
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format."""
         return generate_latest(self.registry)
-
-
-class MetricsController(Controller):
-    tags = ("metrics",)
-
-    @get(
-        "/metrics",
-        operation_id="metrics",
-        summary="Prometheus metrics (text exposition format)",
-        media_type=CONTENT_TYPE_LATEST,
-    )
-    async def metrics(self, request: Request[Any, Any, State]) -> Response[bytes]:
-        metrics: ServerMetrics = request.app.state.metrics
-        await metrics.refresh(getattr(request.app.state, "store", None))
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 
-from faultfinder.attributors.model import Attribution, normalise_agent
+from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
 from faultfinder.server.api.schemas import (
     AlarmOut,
     AttributorAccuracy,
@@ -19,10 +19,17 @@ from faultfinder.server.api.schemas import (
     RunSummary,
     Stats,
 )
-from faultfinder.server.audit import AlarmStore
 from faultfinder.server.db.models import RunStatus
-from faultfinder.server.jobs import Job, JobQueue
-from faultfinder.server.store import Label, LabelStore, RunRow, SpanStore, UnknownRunError
+from faultfinder.server.store import (
+    AlarmStore,
+    Job,
+    JobQueue,
+    Label,
+    LabelStore,
+    RunRow,
+    SpanStore,
+    UnknownRunError,
+)
 from faultfinder.server.trajectories import load_trajectory
 
 
@@ -82,11 +89,20 @@ class RunService:
             raise UnknownRunError(f"no run {run_id!r}")
         return row
 
-    async def _summary(self, row: RunRow, attributions: list[Attribution]) -> RunSummary:
+    async def _summary(
+        self, row: RunRow, attributions: list[Attribution], trajectory: Trajectory | None = None
+    ) -> RunSummary:
         agents, n_steps = row.agents, row.n_steps
         if agents is None or n_steps is None:
-            trajectory = await load_trajectory(self._store, row)
+            if trajectory is None:
+                trajectory = await load_trajectory(self._store, row)
             agents, n_steps = list(trajectory.agents), len(trajectory)
+            if row.status != RunStatus.RUNNING:
+                # Assembled once: a finished run's listing entry reads it from its row
+                # from now on (until a late span clears it).
+                await self._store.keep_shape(
+                    row.id, agents=agents, n_steps=n_steps, version=row.version
+                )
         return RunSummary(
             id=row.id,
             project=row.project,
@@ -127,7 +143,7 @@ class RunService:
     async def get_run(self, run_id: str) -> RunDetail:
         row = await self._row(run_id)
         trajectory = await load_trajectory(self._store, row)
-        summary = await self._summary(row, await self._store.list_attributions(row.id))
+        summary = await self._summary(row, await self._store.list_attributions(row.id), trajectory)
         alarm = (await self._alarms.for_runs([run_id])).get(run_id) if self._alarms else None
         return RunDetail(
             alarm=AlarmOut(**dataclasses.asdict(alarm)) if alarm is not None else None,
@@ -194,7 +210,7 @@ class RunService:
         """Blame by agent over time, and each attributor's accuracy against human labels."""
         now = time.time()
         since_ns = int((now - window_s) * 1e9)
-        attributions = await self._labels.ok_attributions()
+        attributions = await self._store.ok_attributions()
         # Blame counts one vote per run: the first ok attribution (the first configured
         # attributor's, normally) of each run.
         first_by_run: dict[str, tuple[str, int]] = {}

@@ -9,15 +9,14 @@ import signal
 from faultfinder.attributors.model import Attribution
 from faultfinder.server.attribution import AttributionService, AttributionWorker
 from faultfinder.server.composition import (
-    attribution_config_for,
+    attributor_context_for,
     learned_model_for,
     load_plugins,
 )
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
-from faultfinder.server.jobs import JobQueue
 from faultfinder.server.settings import Settings
-from faultfinder.server.store import SpanStore
+from faultfinder.server.store import JobQueue, SpanStore
 from faultfinder.server.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
@@ -35,9 +34,10 @@ async def run_workers(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     store = SpanStore(engine, group_by_conversation=settings.group_by_conversation)
     jobs = JobQueue(engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff)
+    learned_model = learned_model_for(settings)
     service = AttributionService(
         store,
-        attributor_config=attribution_config_for(settings, learned_model_for(settings)),
+        context=attributor_context_for(settings, learned_model),
         timeout_s=settings.attribution_timeout,
     )
     try:
@@ -57,7 +57,10 @@ async def run_workers(settings: Settings) -> None:
                 auto_attributors=tuple(settings.attributors),
                 on_attribution=announce,
             ) as worker:
-                log.info("worker %s running %d job slot(s)", worker.name, max(1, settings.workers))
+                log.info(
+                    "worker %s running %d job slot(s)", worker.worker_id, max(1, settings.workers)
+                )
                 await stop.wait()
     finally:
+        await service.aclose()
         await engine.dispose()

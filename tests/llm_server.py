@@ -12,6 +12,7 @@ import pytest
 from faultfinder.attributors.local_model import (
     LocalModelError,
     LocalModelServer,
+    ServerAddress,
     locate_model,
     runtime_missing,
 )
@@ -45,7 +46,7 @@ def running_local_model(
         port = free_port()
         server = LocalModelServer(
             model,
-            port=port,
+            address=ServerAddress(port=port),
             n_ctx=n_ctx,
             log_path=log_dir / f"llm-{model}-{port}.log",
             startup_timeout=180,

@@ -1,21 +1,20 @@
-"""`POST /api/attribute`: attribute a trajectory sent in the request; `/api/jobs/{id}`."""
+"""Attribution on request: `POST /api/attribute` attributes a trajectory sent in the
+request, at once or as a job that `GET /api/jobs/{id}` reports on."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
-from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+from litestar.params import FromPath, JSONBody
 
-from faultfinder.server.api.runs import UNIX_SECONDS_MAX, known_attributor
-from faultfinder.server.api.schemas import AlarmOut, AttributeIn, JobOut, Stats
+from faultfinder.server.api.runs import known_attributor
+from faultfinder.server.api.schemas import AttributeIn, JobOut
 from faultfinder.server.attribution import AttributionService
-from faultfinder.server.jobs import JobQueue
-from faultfinder.server.runs import RunService, job_out
-from faultfinder.server.store import SpanStore
+from faultfinder.server.runs import job_out
+from faultfinder.server.store import JobQueue, SpanStore
 
 
 class AttributeController(Controller):
@@ -75,23 +74,3 @@ class AttributeController(Controller):
         if job.attribution_id is not None:
             attribution = await store.get_attribution(job.attribution_id)
         return job_out(job, attribution)
-
-    @get("/api/alarms", operation_id="listAlarms", summary="Recent early alarms, newest first")
-    async def alarms(
-        self,
-        runs: NamedDependency[RunService],
-        limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
-    ) -> list[AlarmOut]:
-        alarms: list[AlarmOut] = await runs.recent_alarms(limit)
-        return alarms
-
-    @get("/api/stats", operation_id="stats", summary="Blame by agent over time; live accuracy")
-    async def stats(
-        self,
-        runs: NamedDependency[RunService],
-        window: Annotated[
-            float, Parameter(gt=0, le=UNIX_SECONDS_MAX, description="Seconds back from now")
-        ] = 7 * 86400,
-        bucket: FromQuery[int] = 3600,
-    ) -> Stats:
-        return await runs.stats(window_s=window, bucket_s=max(60, bucket))

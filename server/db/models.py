@@ -155,6 +155,12 @@ class RunTable(SQLModel, table=True):
     """Set by a span write to a finished run and by a posted outcome, cleared by the
     lifecycle sweep once it has looked at the run: lets the sweep re-check finished runs
     (a late failure) without scanning them all."""
+    agents: list[str] | None = Field(default=None, sa_column=Column(JSONColumn, nullable=True))
+    """The agents of the run's trajectory, kept when the lifecycle finishes the run, so
+    listings and search need not assemble it from its spans; null while the run runs,
+    and cleared (with `n_steps`) when a span arrives after it finished."""
+    n_steps: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    """The trajectory's step count; kept and cleared with `agents`."""
 
 
 class AttributionTable(SQLModel, table=True):

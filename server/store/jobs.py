@@ -11,34 +11,20 @@ its last error; nothing is dropped silently.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, and_, exists, func, insert, not_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import and_, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.attributors.model import Attribution, AttributionStatus
-from faultfinder.server.db.models import (
-    AttributionTable,
-    JobStatus,
-    JobTable,
-    RunStatus,
-    RunTable,
-)
-
-ATTRIBUTIONS: Table = AttributionTable.__table__  # type: ignore[attr-defined]
-JOBS: Table = JobTable.__table__  # type: ignore[attr-defined]
-RUNS: Table = RunTable.__table__  # type: ignore[attr-defined]
+from faultfinder.server.db.models import JobStatus, RunStatus
+from faultfinder.server.store.attributions import insert_attribution
+from faultfinder.server.store.tables import JOBS, RUNS, insert_for, now_ns
 
 AUTO = "auto"
 """Trigger of the jobs the lifecycle enqueues for a failed run (once per attributor)."""
-
-
-def _now_ns() -> int:
-    return time.time_ns()
 
 
 @dataclass(frozen=True)
@@ -80,7 +66,7 @@ class JobQueue:
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
         self._postgres = engine.dialect.name == "postgresql"
-        self._insert: Any = postgresql.insert if self._postgres else sqlite.insert
+        self._insert: Any = insert_for(engine)
 
     def _new_job(
         self,
@@ -90,7 +76,7 @@ class JobQueue:
         trigger: str,
         payload: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        now = _now_ns()
+        now = now_ns()
         return {
             "run_id": run_id,
             "attributor": attributor,
@@ -112,7 +98,7 @@ class JobQueue:
             attributor, run_id=run_id, trigger=f"manual-{secrets.token_hex(8)}", payload=payload
         )
         async with self._engine.begin() as conn:
-            row = (await conn.execute(insert(JOBS).values(values).returning(*JOBS.c))).one()
+            row = (await conn.execute(JOBS.insert().values(values).returning(*JOBS.c))).one()
         return Job.from_row(row)
 
     async def enqueue_for_failed_runs(self, attributors: Sequence[str], *, limit: int = 500) -> int:
@@ -145,7 +131,7 @@ class JobQueue:
 
     async def claim(self, worker: str, *, lease_s: float) -> Job | None:
         """Take the oldest due queued job, leased to `worker`; None when there is none."""
-        now = _now_ns()
+        now = now_ns()
         due = (
             select(JOBS.c.id)
             .where(JOBS.c.status == JobStatus.QUEUED.value, JOBS.c.not_before <= now)
@@ -176,7 +162,7 @@ class JobQueue:
 
     async def renew(self, job_id: int, worker: str, *, lease_s: float) -> bool:
         """Extend a running job's lease; False if the job is no longer this worker's."""
-        now = _now_ns()
+        now = now_ns()
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(JOBS)
@@ -201,7 +187,7 @@ class JobQueue:
         A failed attribution (the job's last attempt) is stored too, so the failure and
         its reason are visible. Returns False when the lease was lost.
         """
-        now = _now_ns()
+        now = now_ns()
         ok = attribution.status is AttributionStatus.OK
         async with self._engine.begin() as conn:
             owned = await conn.execute(
@@ -224,21 +210,7 @@ class JobQueue:
                 return False
             attribution_id: int | None = None
             if job.run_id is not None:
-                attribution_id = (
-                    await conn.execute(
-                        insert(ATTRIBUTIONS)
-                        .values(
-                            run_id=job.run_id,
-                            method=attribution.method,
-                            status=str(attribution.status),
-                            agent=attribution.agent,
-                            step=attribution.step,
-                            payload=attribution.model_dump(mode="json"),
-                            created_at=now,
-                        )
-                        .returning(ATTRIBUTIONS.c.id)
-                    )
-                ).scalar_one()
+                attribution_id = await insert_attribution(conn, job.run_id, attribution, now=now)
                 if ok:
                     await conn.execute(
                         update(RUNS)
@@ -263,7 +235,7 @@ class JobQueue:
 
     async def give_up(self, job_id: int, worker: str, *, error: str) -> bool:
         """Mark a job failed for good with its reason (nothing to attribute)."""
-        now = _now_ns()
+        now = now_ns()
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(JOBS)
@@ -285,7 +257,7 @@ class JobQueue:
     async def retry_later(self, job: Job, worker: str, *, error: str) -> bool:
         """Queue a job again after a failed attempt, with exponential backoff."""
         delay = min(self._backoff_s * 2 ** max(job.attempts - 1, 0), self._backoff_max_s)
-        now = _now_ns()
+        now = now_ns()
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(JOBS)
@@ -308,7 +280,7 @@ class JobQueue:
 
     async def requeue_expired(self) -> int:
         """Jobs whose worker stopped renewing (it died): queue again, or fail if out of tries."""
-        now = _now_ns()
+        now = now_ns()
         expired = and_(JOBS.c.status == JobStatus.RUNNING.value, JOBS.c.lease_until < now)
         async with self._engine.begin() as conn:
             failed = await conn.execute(
@@ -355,3 +327,12 @@ class JobQueue:
         async with self._engine.connect() as conn:
             rows = await conn.execute(select(JOBS.c.status, func.count()).group_by(JOBS.c.status))
             return {status: count for status, count in rows.tuples()}
+
+    async def counts_by_attributor(self) -> dict[tuple[str, str], int]:
+        """Jobs by (attributor, status), for /metrics."""
+        statement = select(JOBS.c.attributor, JOBS.c.status, func.count()).group_by(
+            JOBS.c.attributor, JOBS.c.status
+        )
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(statement)
+            return {(attributor, status): count for attributor, status, count in rows.tuples()}

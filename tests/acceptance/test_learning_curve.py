@@ -13,16 +13,16 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.attributors.learned import AgentRule, softmax
-from faultfinder.attributors.model import normalise_agent
-from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.benchmarks.learning_curve import _sample, parse_shares
-from faultfinder.benchmarks.train import (
+from faultfinder.attributors.learned.training import (
     DEFAULT_GRID,
     FeatureCache,
     RunMatrix,
     out_of_fold_scores,
     predicted_agent,
 )
+from faultfinder.attributors.model import normalise_agent
+from faultfinder.benchmarks.datasets import load_dataset
+from faultfinder.benchmarks.learning_curve import _sample, parse_shares
 from faultfinder.cli import main
 
 DATASET = "who_and_when:hand-crafted"

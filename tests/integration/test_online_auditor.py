@@ -11,9 +11,9 @@ import httpx
 from faultfinder.attributors.auditor import Alarm, Auditor
 from faultfinder.benchmarks.datasets import load_dataset
 from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.audit import AlarmStore, OnlineAuditor
+from faultfinder.server.audit import OnlineAuditor
 from faultfinder.server.otlp.mapping import run_facts
-from faultfinder.server.store import SpanStore
+from faultfinder.server.store import AlarmStore, SpanStore
 from tests.integration.sidecar import running_sidecar
 from tests.otlp_helpers import protobuf_body, span_records, trajectory_spans
 

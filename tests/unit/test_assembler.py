@@ -16,8 +16,9 @@ from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import resolve_datasets_dir
 from faultfinder.server import assembler
-from faultfinder.server.assembler import assemble_trajectory, task_text
+from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.run_facts import task_text
 from tests.otlp_helpers import (
     MS,
     T0,

@@ -7,13 +7,13 @@ import math
 import pytest
 
 from faultfinder.attributors.auditor import Auditor
-from faultfinder.attributors.features import step_features
 from faultfinder.attributors.learned import (
     ModelFormatError,
     StepModel,
     answerable_agents,
     default_model,
 )
+from faultfinder.attributors.learned.features import step_features
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.benchmarks.datasets import BenchmarkRecord
 

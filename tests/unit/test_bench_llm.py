@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from faultfinder.attributors.learned.training import ModelConfig, record_folds, task_key
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
     DatasetError,
@@ -25,7 +26,6 @@ from faultfinder.benchmarks.subsets import (
     parse_fraction,
     pick_fraction,
 )
-from faultfinder.benchmarks.train import ModelConfig, record_folds, task_key
 from faultfinder.cli import main
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 

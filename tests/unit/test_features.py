@@ -11,8 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faultfinder.attributors import features
-from faultfinder.attributors.features import (
+from faultfinder.attributors.learned.features import (
     CONTEXT_FEATURES,
     FEATURES,
     PREFIX_FEATURES,
@@ -21,6 +20,8 @@ from faultfinder.attributors.features import (
     feature_names,
     step_features,
 )
+from faultfinder.attributors.learned.features import prefix as prefix_scanning
+from faultfinder.attributors.learned.features import text as text_facts
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.benchmarks.datasets import BenchmarkRecord
 
@@ -352,26 +353,26 @@ _MIXTURES = st.lists(st.tuples(st.sampled_from(GLUE), st.sampled_from(FRAGMENTS)
 
 def scans_agree(text: str) -> None:
     lowered = text.casefold()
-    assert features._words(lowered) == _WORD.findall(lowered)
-    assert features._NUMBER.findall(text) == _NUMBER.findall(text)
-    assert features._maybe_error(lowered) == bool(_MAYBE_ERROR.search(lowered))
+    assert text_facts._words(lowered) == _WORD.findall(lowered)
+    assert text_facts._NUMBER.findall(text) == _NUMBER.findall(text)
+    assert text_facts._maybe_error(lowered) == bool(_MAYBE_ERROR.search(lowered))
 
 
 def cues_agree(text: str) -> None:
     lowered = text.casefold()
-    words = frozenset(features._words(lowered))
+    words = frozenset(text_facts._words(lowered))
     for cue_words, hints, pattern in (
-        (features._HEDGING_WORDS, features._HEDGING_HINTS, features._HEDGING),
-        (features._APOLOGY_WORDS, features._APOLOGY_HINTS, features._APOLOGY),
-        (features._CRITICISM_WORDS, features._CRITICISM_HINTS, features._CRITICISM),
+        (text_facts._HEDGING_WORDS, text_facts._HEDGING_HINTS, text_facts._HEDGING),
+        (text_facts._APOLOGY_WORDS, text_facts._APOLOGY_HINTS, text_facts._APOLOGY),
+        (text_facts._CRITICISM_WORDS, text_facts._CRITICISM_HINTS, text_facts._CRITICISM),
     ):
         expected = float(bool(pattern.search(lowered)))
-        assert features._word_cue(lowered, words, cue_words, hints, pattern) == expected
+        assert text_facts._word_cue(lowered, words, cue_words, hints, pattern) == expected
     for hints, pattern in (
-        (features._VERIFY_HINTS, features._VERIFY),
-        (features._TERMINATE_HINTS, features._TERMINATE),
+        (text_facts._VERIFY_HINTS, text_facts._VERIFY),
+        (text_facts._TERMINATE_HINTS, text_facts._TERMINATE),
     ):
-        assert features._cue(lowered, hints, pattern) == float(bool(pattern.search(lowered)))
+        assert text_facts._cue(lowered, hints, pattern) == float(bool(pattern.search(lowered)))
 
 
 def test_fast_scans_equal_their_regex_definitions_on_every_fragment() -> None:
@@ -391,5 +392,5 @@ def test_fast_scans_equal_their_regex_definitions_on_mixtures(text: str) -> None
 def test_loop_pre_check_only_skips_dissimilar_steps(a: frozenset[int], b: frozenset[int]) -> None:
     words_a = frozenset(map(str, a))
     words_b = frozenset(map(str, b))
-    if not features._may_loop(words_a, words_b):
-        assert features._jaccard(words_a, words_b) < features._LOOP_SIMILARITY
+    if not prefix_scanning._may_loop(words_a, words_b):
+        assert prefix_scanning._jaccard(words_a, words_b) < prefix_scanning._LOOP_SIMILARITY

@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.attributors.base import AttributeOptions, available_attributors, get_attributor
-from faultfinder.attributors.features import FEATURE_LABELS, feature_names, step_features
 from faultfinder.attributors.learned import (
     AgentRule,
     LearnedAttributor,
@@ -30,6 +29,21 @@ from faultfinder.attributors.learned import (
     default_model,
     softmax,
 )
+from faultfinder.attributors.learned.features import FEATURE_LABELS, feature_names, step_features
+from faultfinder.attributors.learned.training import (
+    TEMPERATURES,
+    FeatureCache,
+    ModelConfig,
+    RunMatrix,
+    TrainingOptions,
+    batch_scores,
+    beats_by_one_standard_error,
+    choose_temperature,
+    fit_scorer,
+    stratified_folds,
+    task_key,
+    tune_and_fit,
+)
 from faultfinder.attributors.model import (
     AttributionStatus,
     Step,
@@ -43,20 +57,7 @@ from faultfinder.benchmarks.datasets import (
     GoldLabel,
     load_dataset,
 )
-from faultfinder.benchmarks.train import (
-    TEMPERATURES,
-    FeatureCache,
-    ModelConfig,
-    RunMatrix,
-    batch_scores,
-    beats_by_one_standard_error,
-    choose_temperature,
-    fit_scorer,
-    stratified_folds,
-    task_key,
-    train_command,
-    tune_and_fit,
-)
+from faultfinder.benchmarks.train import train_command
 
 OPTIONS = AttributeOptions()
 
@@ -506,7 +507,8 @@ def test_training_averages_every_config_instead_of_picking_one() -> None:
     records = synthetic_records(40)
     cache = FeatureCache()
     grid = (ModelConfig(kind="linear", l2=1.0), ModelConfig(kind="trees", n_trees=20))
-    model = tune_and_fit(records, cache=cache, grid=grid, inner_folds=3, seed=0)
+    options = TrainingOptions(grid=grid, inner_folds=3, seed=0)
+    model = tune_and_fit(records, cache=cache, options=options)
     assert isinstance(model.scorer, MeanScorer) and len(model.scorer.members) == 2
     assert model.auditor is not None and isinstance(model.auditor.scorer, MeanScorer)
     assert model.agent_rule == AgentRule.TOP_STEP
@@ -695,10 +697,10 @@ def test_each_framework_gets_the_model_that_fits_its_runs(tmp_path: Path) -> Non
     rng = random.Random(4)
     plain = [synthetic_record(rng, i, "plain") for i in range(40)]
     shifted = [shifted_record(rng, i) for i in range(40)]
-    model = tune_and_fit(
-        plain + shifted, cache=FeatureCache(), grid=(ModelConfig(kind="linear", l2=1.0),),
-        inner_folds=3, auditor=False,
-    )  # fmt: skip
+    options = TrainingOptions(
+        grid=(ModelConfig(kind="linear", l2=1.0),), inner_folds=3, auditor=False
+    )
+    model = tune_and_fit(plain + shifted, cache=FeatureCache(), options=options)
     assert set(model.groups) == {"plain", "shifted"}
     model.save(tmp_path / "grouped.json")
     loaded = StepModel.load(tmp_path / "grouped.json")

@@ -53,19 +53,16 @@ def test_the_llm_prefilter_setting_reaches_every_llm_attributor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from faultfinder.attributors.base import get_attributor
-    from faultfinder.server.composition import attribution_config_for
+    from faultfinder.attributors.llm.methods import LLM_METHODS
+    from faultfinder.server.composition import attributor_context_for
 
     monkeypatch.setenv("FAULTFINDER_LLM_PREFILTER_TOP_K", "3")
     monkeypatch.setenv("FAULTFINDER_LLM_BASE_URL", "http://127.0.0.1:9/v1")
-    config = attribution_config_for(load_settings(), None)
-    assert "all_at_once" in config
-    for name, arguments in config.items():
-        attributor = get_attributor(name, **arguments)
+    context = attributor_context_for(load_settings(), None)
+    assert context.llm.base_url == "http://127.0.0.1:9/v1"
+    for name in LLM_METHODS:
+        attributor = get_attributor(name, context)
         assert attributor.prefilter_top_k == 3, name  # type: ignore[attr-defined]
     monkeypatch.delenv("FAULTFINDER_LLM_PREFILTER_TOP_K")
-    assert (
-        get_attributor(
-            "a2p", **attribution_config_for(load_settings(), None)["a2p"]
-        ).prefilter_top_k
-        == 0
-    )  # type: ignore[attr-defined]
+    a2p = get_attributor("a2p", attributor_context_for(load_settings(), None))
+    assert a2p.prefilter_top_k == 0  # type: ignore[attr-defined]

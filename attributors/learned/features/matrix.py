@@ -1,0 +1,206 @@
+"""The feature matrix of a whole trajectory (`step_features`): one row per step.
+
+The prefix-safe features come from `PrefixScanner`; the features that look at the
+steps after a step (what follows it, the run's length and final answer, the agents'
+shares) are added from the whole run, then each row gets its context columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from faultfinder.attributors.learned.features.columns import STEP_FEATURES
+from faultfinder.attributors.learned.features.prefix import PrefixScanner
+from faultfinder.attributors.learned.features.text import (
+    AnswerMatcher,
+    StepFacts,
+    extract_final_answer,
+)
+from faultfinder.attributors.model import Trajectory
+
+__all__ = ["step_features"]
+
+_STEP_NAMES = tuple(f.name for f in STEP_FEATURES)
+
+
+def step_features(
+    trajectory: Trajectory, *, use_ground_truth: bool = True, prefix_only: bool = False
+) -> list[list[float]]:
+    """One row per step, columns in the order of `feature_names(prefix_only)`.
+
+    With `prefix_only`, only prefix-safe features are computed and row i is the same
+    whatever steps follow step i (the auditor's guarantee). Without `use_ground_truth`
+    the ground-truth features are 0.
+    """
+    scanner = PrefixScanner(
+        trajectory.task, trajectory.ground_truth, use_ground_truth=use_ground_truth
+    )
+    for step in trajectory.steps:
+        scanner.push(step)
+    if prefix_only:
+        return [scanner.prefix_row(i) for i in range(len(scanner))]
+    rows = [dict(row) for row in scanner.rows]
+    _add_whole_run_features(trajectory, scanner.facts, rows, use_ground_truth)
+    own = [[row[name] for name in _STEP_NAMES] for row in rows]
+    return _with_context(own)
+
+
+def _with_context(own: list[list[float]]) -> list[list[float]]:
+    """Each row followed by the highest value of each column at the earlier rows, then at
+    the later rows (0 where there is none), as `CONTEXT_FEATURES` lists them."""
+    if not own:
+        return []
+    columns = list(zip(*own, strict=True))
+    before = zip(*map(_highest_before, columns), strict=True)
+    after = zip(*(_highest_before(column[::-1])[::-1] for column in columns), strict=True)
+    return [[*row, *b, *a] for row, b, a in zip(own, before, after, strict=True)]
+
+
+def _highest_before(column: Sequence[float]) -> list[float]:
+    """For each position, the highest earlier value (0.0 at the first). A plain loop:
+    a comparison per value is several times cheaper than a call of `max`."""
+    highest_so_far = [0.0]
+    highest = column[0]
+    for value in column[1:]:
+        highest_so_far.append(highest)
+        if value > highest:
+            highest = value
+    return highest_so_far
+
+
+def _add_whole_run_features(
+    trajectory: Trajectory,
+    facts: Sequence[StepFacts],
+    rows: list[dict[str, float]],
+    use_ground_truth: bool,
+) -> None:
+    n = len(facts)
+    owner = _answerable_steps(facts)
+    error_after, contradiction_after, first_blamed = _errors_after(facts, rows, owner)
+    stalled_after = _ledger_stalled_after(facts)
+    criticised = _criticised_next(facts)
+    first_final = _final_answer_first_mention(trajectory, facts, use_ground_truth)
+    agents = _AgentShares.of(facts, owner)
+
+    for i, row in enumerate(rows):
+        agent = facts[i].agent
+        row["relative_position"] = i / (n - 1) if n > 1 else 0.0
+        row["log_steps_total"] = math.log1p(n)
+        row["log_steps_to_end"] = math.log1p(n - 1 - i)
+        row["agent_last_turn"] = float(agents.last_turn[agent] == i)
+        row["error_after"] = error_after[i]
+        row["first_error_blame"] = float(i == first_blamed)
+        row["ledger_stalled_after"] = stalled_after[i]
+        row["criticised_next"] = criticised[i]
+        row["contradiction_after"] = contradiction_after[i]
+        row["final_answer_first_mention"] = float(i == first_final)
+        row["agent_share"] = agents.counts[agent] / n
+        row["agent_error_share"] = (
+            agents.error_counts.get(agent, 0) / agents.total_errors if agents.total_errors else 0.0
+        )
+        row["agent_acting_turns"] = math.log1p(agents.acting_counts[agent])
+
+
+def _answerable_steps(facts: Sequence[StepFacts]) -> list[int | None]:
+    """The acting step answerable for each step: itself or the nearest earlier acting
+    step (None before the first)."""
+    owner: list[int | None] = []
+    current: int | None = None
+    for i, fact in enumerate(facts):
+        if fact.acting:
+            current = i
+        owner.append(current)
+    return owner
+
+
+def _errors_after(
+    facts: Sequence[StepFacts], rows: Sequence[dict[str, float]], owner: Sequence[int | None]
+) -> tuple[list[float], list[float], int | None]:
+    """Per acting step, the worst error and whether a ground-truth contradiction shows at
+    the later steps it answers for; and the step blamed for the first error."""
+    n = len(facts)
+    error_after = [0.0] * n
+    contradiction_after = [0.0] * n
+    first_blamed: int | None = None
+    for i, fact in enumerate(facts):
+        answerable = owner[i]
+        if answerable is not None and answerable != i and rows[i]["numbers_contradict_gt"]:
+            contradiction_after[answerable] = 1.0
+        if fact.error <= 0 or answerable is None:
+            continue
+        if first_blamed is None:
+            first_blamed = answerable
+        if answerable != i:
+            error_after[answerable] = max(error_after[answerable], fact.error)
+    return error_after, contradiction_after, first_blamed
+
+
+def _ledger_stalled_after(facts: Sequence[StepFacts]) -> list[float]:
+    """A ledger that follows the step before its agent acts again judges that step."""
+    n = len(facts)
+    stalled_after = [0.0] * n
+    verdict: float | None = None
+    acted_since: set[str] = set()
+    for i in range(n - 1, -1, -1):
+        agent = facts[i].agent
+        if verdict is not None and agent not in acted_since:
+            stalled_after[i] = verdict
+        if facts[i].ledger:
+            verdict = float(facts[i].stalled)
+            acted_since = set()
+        elif facts[i].acting:
+            acted_since.add(agent)
+    return stalled_after
+
+
+def _criticised_next(facts: Sequence[StepFacts]) -> list[float]:
+    """The criticism in the next acting step by another agent, which reacts to this one."""
+    n = len(facts)
+    criticised = [0.0] * n
+    next_reaction: tuple[str, float] | None = None
+    for i in range(n - 1, -1, -1):
+        if next_reaction is not None and next_reaction[0] != facts[i].agent:
+            criticised[i] = next_reaction[1]
+        if facts[i].acting:
+            next_reaction = (facts[i].agent, facts[i].criticism)
+    return criticised
+
+
+def _final_answer_first_mention(
+    trajectory: Trajectory, facts: Sequence[StepFacts], use_ground_truth: bool
+) -> int | None:
+    """The first step that mentions a final answer differing from the ground truth."""
+    final = AnswerMatcher.of(extract_final_answer(trajectory))
+    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
+    if final is None or (gt is not None and final.words == gt.words):
+        return None
+    return next((i for i, f in enumerate(facts) if final.found_in(f.numbers, f.normalised)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentShares:
+    """Per agent: its steps, acting steps, errors blamed on it and its last step."""
+
+    counts: dict[str, int]
+    acting_counts: dict[str, int]
+    error_counts: dict[str, int]
+    last_turn: dict[str, int]
+    total_errors: int
+
+    @classmethod
+    def of(cls, facts: Sequence[StepFacts], owner: Sequence[int | None]) -> _AgentShares:
+        counts: dict[str, int] = {}
+        acting_counts: dict[str, int] = {}
+        error_counts: dict[str, int] = {}
+        last_turn: dict[str, int] = {}
+        for i, fact in enumerate(facts):
+            counts[fact.agent] = counts.get(fact.agent, 0) + 1
+            acting_counts[fact.agent] = acting_counts.get(fact.agent, 0) + fact.acting
+            last_turn[fact.agent] = i
+            answerable = owner[i]
+            if fact.error > 0 and answerable is not None:
+                blamed = facts[answerable].agent
+                error_counts[blamed] = error_counts.get(blamed, 0) + 1
+        return cls(counts, acting_counts, error_counts, last_turn, sum(error_counts.values()))

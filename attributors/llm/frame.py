@@ -1,0 +1,268 @@
+"""The frame every LLM method shares: its model client, accounting, the learned
+pre-filter, fitting the log into the context, and validating the answer.
+
+The learned pre-filter (`prefilter_top_k`, off by default) runs the zero-LLM step scorer
+first: its top-k steps are named to the model as hints and the log is shrunk around them
+(those steps and the step after each in full, the others cut to `prefilter_far_chars`),
+in every method where that is natural (all except step-by-step, whose walk visits every
+step anyway). The details record the candidates and which model gave them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+from faultfinder.attributors.base import AttributeOptions
+from faultfinder.attributors.learned import StepModel, blameable, default_model
+from faultfinder.attributors.llm import prompts, render
+from faultfinder.attributors.llm.client import ModelClient, ModelSession
+from faultfinder.attributors.llm.replies import ModelCallFailed, Prompt, ReplyFormat
+from faultfinder.attributors.llm.settings import CHARS_PER_TOKEN, ModelSettings
+from faultfinder.attributors.model import Attribution, Candidate, Step, Trajectory, validate_against
+
+if TYPE_CHECKING:
+    from faultfinder.attributors.context import AttributorContext
+
+__all__ = [
+    "PREFILTER_FAR_CHARS",
+    "Finding",
+    "LLMAttributor",
+    "PrefilterModel",
+    "Run",
+    "blameable_steps",
+]
+
+PREFILTER_FAR_CHARS = 400
+"""Characters kept of a step far from every pre-filter candidate (start and end)."""
+
+PrefilterModel: TypeAlias = StepModel | Callable[[Trajectory], StepModel]
+"""The pre-filter's step model: one model, or a function choosing it per trajectory (e.g. the
+cross-validation fold model that never saw that trajectory)."""
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Finding:
+    """What a method concluded, before the frame makes it an `Attribution`."""
+
+    agent: str
+    step: int
+    reason: str
+    confidence: float = 0.0
+    candidates: tuple[Candidate, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+    suggested_fix: str | None = None
+
+
+@dataclass
+class Run:
+    """What one attribution works with: the trajectory, what it may show, and its session."""
+
+    trajectory: Trajectory
+    ground_truth: str | None
+    session: ModelSession
+    options: AttributeOptions
+    context: list[dict[str, Any]] = field(default_factory=list)
+    """What each prompt left out of the log, when anything was."""
+    hints: tuple[prompts.Hint, ...] = ()
+    """The pre-filter's candidate steps, likeliest first (empty when it is off)."""
+    far_chars: int = PREFILTER_FAR_CHARS
+    prefilter: dict[str, Any] = field(default_factory=dict)
+    """What the pre-filter did, for the details."""
+
+    @property
+    def task(self) -> str:
+        task: str = self.trajectory.task
+        return task
+
+
+class LLMAttributor:
+    """Common frame of the LLM methods: the client, accounting, context fitting, validation.
+
+    Configure with a `context` (its model settings, pre-filter depth and learned model, and
+    a client on its shared endpoint), `settings` (a `ModelSettings`), a shared `client`, or
+    `ModelSettings` fields as keyword arguments
+    (`get_attributor("all_at_once", base_url=..., model=...)`); what is given explicitly
+    wins over the context.
+
+    The learned pre-filter: `prefilter_top_k` (0 = off; `options.extra["prefilter_top_k"]`
+    overrides it per call), `prefilter_model` (default: the context's learned model, else
+    the packaged one) and `prefilter_far_chars` (same override in `options.extra`).
+    """
+
+    name: str
+    """The method's registered name (each method sets it on its class)."""
+    completion_factor: ClassVar[int] = 1
+    """Multiple of the configured max_tokens this method's replies may need."""
+    uses_prefilter: ClassVar[bool] = True
+    """Whether the method shows the pre-filter's hints and shrinks its prompts around them."""
+
+    def __init__(
+        self,
+        settings: ModelSettings | None = None,
+        *,
+        client: ModelClient | None = None,
+        context: AttributorContext | None = None,
+        prefilter_top_k: int | None = None,
+        prefilter_model: PrefilterModel | None = None,
+        prefilter_far_chars: int = PREFILTER_FAR_CHARS,
+        **setting_overrides: Any,
+    ) -> None:
+        if prefilter_top_k is None:
+            prefilter_top_k = context.prefilter_top_k if context is not None else 0
+        if prefilter_model is None and context is not None:
+            prefilter_model = context.learned_model
+        for option, value, least in (
+            ("prefilter_top_k", prefilter_top_k, 0),
+            ("prefilter_far_chars", prefilter_far_chars, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{option} must be a whole number >= {least}, got {value!r}")
+        self.prefilter_top_k = prefilter_top_k
+        self.prefilter_model = prefilter_model
+        self.prefilter_far_chars = prefilter_far_chars
+        self._owns_client = client is None and context is None
+        if client is None:
+            base = settings or (context.llm if context is not None else ModelSettings())
+            if setting_overrides:
+                base = base.model_copy(update=setting_overrides)
+                base = ModelSettings.model_validate(base.model_dump())
+            client = context.client(base) if context is not None else ModelClient(base)
+        self.client = client
+        self.settings = client.settings
+
+    async def aclose(self) -> None:
+        """Close the client's connection if this attributor opened it (a context's clients
+        are closed by the context, a client passed in by whoever made it)."""
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
+        started = time.monotonic()
+        session = self.client.session()
+        ground_truth = None
+        if options.use_ground_truth and trajectory.ground_truth and trajectory.ground_truth.strip():
+            ground_truth = trajectory.ground_truth
+        run = Run(trajectory, ground_truth, session, options)
+
+        def common() -> dict[str, Any]:
+            details = session.details()
+            if run.prefilter:
+                details["prefilter"] = run.prefilter
+            if run.context:
+                details["context_dropped"] = run.context
+            return {
+                "used_ground_truth": ground_truth is not None,
+                "latency_s": time.monotonic() - started,
+                **session.accounting(),
+                "details": details,
+            }
+
+        try:
+            if not trajectory.steps:
+                raise ModelCallFailed("the trajectory has no steps")
+            self._prefilter(run)
+            finding = await self._attribute(run)
+        except ModelCallFailed as exc:
+            return Attribution.failed(self.name, exc.reason, **common())
+        except Exception as exc:
+            # A sidecar worker must store a result for every run; the log keeps the trace.
+            logger.exception("%s failed on run %s", self.name, trajectory.run_id)
+            return Attribution.failed(
+                self.name, f"internal error: {type(exc).__name__}: {exc}", **common()
+            )
+        fields = common()
+        fields["details"] = {**fields["details"], **finding.details}
+        attribution = Attribution(
+            method=self.name,
+            agent=finding.agent,
+            step=finding.step,
+            reason=finding.reason,
+            confidence=finding.confidence,
+            candidates=finding.candidates,
+            suggested_fix=finding.suggested_fix,
+            **fields,
+        )
+        problem = validate_against(attribution, trajectory)
+        if problem is not None:
+            return Attribution.failed(self.name, f"invalid answer: {problem}", **common())
+        return attribution
+
+    async def _attribute(self, run: Run) -> Finding:
+        raise NotImplementedError
+
+    def _prefilter(self, run: Run) -> None:
+        """Score the steps with the learned model and keep its top k as the run's hints."""
+        extra = run.options.extra
+        top_k = extra.get("prefilter_top_k", self.prefilter_top_k)
+        far_chars = extra.get("prefilter_far_chars", self.prefilter_far_chars)
+        for option, value, least in (
+            ("prefilter_top_k", top_k, 0),
+            ("prefilter_far_chars", far_chars, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ModelCallFailed(
+                    f"options.extra[{option!r}] must be a whole number >= {least}, got {value!r}"
+                )
+        if top_k == 0 or not self.uses_prefilter:
+            return
+        trajectory = run.trajectory
+        source = self.prefilter_model
+        model = source(trajectory) if callable(source) else (source or default_model())
+        scores = model.score(trajectory, use_ground_truth=run.ground_truth is not None)
+        steps = trajectory.steps
+        mask = blameable(steps)
+        probabilities = model.distribution(scores, mask)
+        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        order = [i for i in ranked if mask[i]][:top_k]
+        run.hints = tuple((steps[i].index, render.speaker_label(steps[i])) for i in order)
+        run.far_chars = far_chars
+        run.prefilter = {
+            "top_k": top_k,
+            "far_chars": far_chars,
+            "model": str(model.training.get("prefilter_source") or "packaged learned model"),
+            "candidates": [
+                {"step": steps[i].index, "agent": steps[i].agent, "p": round(probabilities[i], 4)}
+                for i in order
+            ],
+        }
+
+    def fit_prompt(
+        self,
+        run: Run,
+        steps: Sequence[Step],
+        build: Callable[[str], Prompt],
+        reply: ReplyFormat[Any],
+        focus: int | None = None,
+        purpose: str = "",
+        hinted: bool = True,
+    ) -> Prompt:
+        """The prompt `build` makes around as much of `steps`' log as the context allows;
+        with `hinted` and pre-filter hints, shrunk around the hinted steps among `steps`."""
+        settings = self.settings
+        skeleton = build("")
+        overhead = len(skeleton.system) + len(skeleton.user) + len(reply.json_instructions) + 64
+        # Room for the reply, and for a second try that repeats the first reply.
+        tokens = settings.context_tokens - 2 * settings.max_tokens * self.completion_factor - 64
+        budget = int(tokens * CHARS_PER_TOKEN * 0.85) - overhead
+        shown = {step.index for step in steps}
+        keep = [step for step, _ in run.hints if step in shown] if hinted else []
+        rendered = render.render_log(
+            steps, max(budget, 0), focus=focus, keep=keep, far_chars=run.far_chars
+        )
+        report = rendered.report()
+        if report:
+            run.context.append({"prompt": purpose or self.name, **report})
+        return build(rendered.text)
+
+
+def blameable_steps(trajectory: Trajectory) -> list[int]:
+    """The steps a method may name: not the task giver's turns nor system prompts
+    (`learned.blameable`)."""
+    steps = trajectory.steps
+    return [step.index for step, ok in zip(steps, blameable(steps), strict=True) if ok]

@@ -1,0 +1,36 @@
+"""`faultfinder bench chaos`: SIGKILL a sidecar under sustained ingest and count what survived,
+and drive ingest past its capacity to check that it sheds load without losing spans.
+
+`traffic` makes the load, `sending` sends it as an exporter would, `kills` and `overload`
+are the two drills, `stored_state` reads what the database holds afterwards and `command`
+is the click command.
+"""
+
+from faultfinder.benchmarks.chaos.command import chaos_command, run_fuzz_suite
+from faultfinder.benchmarks.chaos.kills import KillChaosOutcome, KillReport, run_kill_chaos
+from faultfinder.benchmarks.chaos.overload import (
+    OverloadOutcome,
+    OverloadReport,
+    measure_capacity,
+    run_overload,
+)
+from faultfinder.benchmarks.chaos.stored_state import StoredState, read_stored_state
+from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic
+from faultfinder.benchmarks.sidecar import SidecarProcess
+
+__all__ = [
+    "ChaosRequest",
+    "ChaosTraffic",
+    "KillChaosOutcome",
+    "KillReport",
+    "OverloadOutcome",
+    "OverloadReport",
+    "SidecarProcess",
+    "StoredState",
+    "chaos_command",
+    "measure_capacity",
+    "read_stored_state",
+    "run_fuzz_suite",
+    "run_kill_chaos",
+    "run_overload",
+]

@@ -1,0 +1,230 @@
+"""`faultfinder bench chaos`: the command that runs the kill and overload drills (and the
+fuzz suite) on one or more databases and prints their figures."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
+
+from faultfinder.benchmarks.chaos.kills import KillReport, run_kill_chaos
+from faultfinder.benchmarks.chaos.overload import OverloadReport, run_overload
+from faultfinder.benchmarks.chaos.stored_state import redacted, stored_span_count
+from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.server.progress import Progress
+
+__all__ = ["FUZZ_SUITE", "chaos_command", "run_fuzz_suite"]
+
+
+def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
+    for name, value in dataclasses.asdict(report).items():
+        if isinstance(value, float):
+            value = round(value, 2)
+        elif isinstance(value, list) and value and isinstance(value[0], float):
+            value = [round(v, 2) for v in value]
+        yield f"{name:32} {value}"
+    yield f"{'ok':32} {report.ok}"
+
+
+@click.command(name="chaos")
+@click.option(
+    "--database-url",
+    "database_urls",
+    multiple=True,
+    help="An empty database to run on (repeat for several; default: a new SQLite file).",
+)
+@click.option("--kills", type=click.IntRange(min=0), default=0, help="SIGKILLs per database.")
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds of ingest per database (with --kills).",
+)
+@click.option(
+    "--overload",
+    "overload_factor",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Drive ingest at this multiple of the measured capacity (e.g. 2).",
+)
+@click.option(
+    "--overload-duration",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    help="Seconds of overload.",
+)
+@click.option(
+    "--queue-spans",
+    type=click.IntRange(min=1),
+    default=None,
+    help="FAULTFINDER_INGEST_QUEUE_SPANS of the sidecar under test (default: its default).",
+)
+@click.option(
+    "--attributors",
+    default="first_error",
+    show_default=True,
+    help="Attributors for failed runs (comma-separated).",
+)
+@click.option(
+    "--plugins", default=None, help="FAULTFINDER_PLUGINS for the sidecar (attributor modules)."
+)
+@click.option(
+    "--aim-at-jobs",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Each kill waits up to this many seconds for a running attribution job.",
+)
+@click.option(
+    "--fuzz",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run the fuzz suite (tests/integration/test_fuzz.py) with this many cases per target.",
+)
+@click.option("--seed", type=int, default=None, help="Seed for the kill moments.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where logs and the default SQLite file go (default: a temporary directory).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def chaos_command(
+    database_urls: tuple[str, ...],
+    kills: int,
+    duration: float,
+    overload_factor: float | None,
+    overload_duration: float,
+    queue_spans: int | None,
+    attributors: str,
+    plugins: str | None,
+    aim_at_jobs: float,
+    fuzz: int | None,
+    seed: int | None,
+    workdir: Path | None,
+    as_json: bool,
+) -> None:
+    """Kill the sidecar under load and overload it; count what was acknowledged and stored.
+
+    --kills N: SIGKILL N times at random moments during --duration seconds of ingest,
+    restarting on the same database; every acknowledged span must be stored and every
+    attribution job finish exactly once. --overload F: offer F × the measured capacity;
+    ingest must shed load with 503 + Retry-After, keep answering queries and lose nothing.
+    --fuzz N: the hypothesis fuzz suite with N cases per target (needs a source checkout).
+    """
+    if not kills and overload_factor is None and fuzz is None:
+        raise click.UsageError("nothing to do: give --kills N, --overload FACTOR or --fuzz N")
+    console = Console(stderr=True)
+    base = workdir or Path(tempfile.mkdtemp(prefix="faultfinder-chaos-"))
+    base.mkdir(parents=True, exist_ok=True)
+    names = [name.strip() for name in attributors.split(",") if name.strip()]
+    env = {"FAULTFINDER_PLUGINS": plugins} if plugins else {}
+    if queue_spans is not None:
+        env["FAULTFINDER_INGEST_QUEUE_SPANS"] = str(queue_spans)
+    urls = list(database_urls) or [f"sqlite+aiosqlite:///{base / 'chaos.db'}"]
+    results: list[dict[str, Any]] = []
+    ok = True
+    for number, url in enumerate(urls):
+        if kills:
+            _require_empty(url)
+            workdir_kills = base / f"kills-{number}"
+            workdir_kills.mkdir(exist_ok=True)
+            with Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[acked]} spans acknowledged"),
+                TimeElapsedColumn(),
+                console=console,
+            ) as bar:
+                task = bar.add_task(f"kill chaos on {redacted(url)}", total=duration, acked=0)
+
+                def advance(elapsed: float, acked: int, task: TaskID = task) -> None:
+                    bar.update(task, completed=elapsed, acked=acked)
+
+                outcome = run_kill_chaos(
+                    url,
+                    workdir_kills,
+                    kills=kills,
+                    duration=duration,
+                    attributors=names,
+                    env=env,
+                    aim_at_jobs_s=aim_at_jobs,
+                    seed=seed,
+                    progress=advance,
+                )
+            results.append({"scenario": "kills", **dataclasses.asdict(outcome.report)})
+            ok &= outcome.report.ok
+            if not as_json:
+                click.echo(f"== kill chaos ({redacted(url)})")
+                for line in _report_lines(outcome.report):
+                    click.echo(line)
+        if overload_factor is not None:
+            workdir_overload = base / f"overload-{number}"
+            workdir_overload.mkdir(exist_ok=True)
+            with SidecarProcess(url, workdir_overload, env=env) as sidecar:
+                console.print(f"overload: measuring capacity of {sidecar.url} …")
+                report = run_overload(
+                    sidecar.url,
+                    server_pid=sidecar.pid,
+                    database_url=url,
+                    factor=overload_factor,
+                    duration=overload_duration,
+                ).report
+            results.append({"scenario": "overload", **dataclasses.asdict(report)})
+            ok &= report.ok
+            if not as_json:
+                click.echo(f"== overload ({redacted(url)})")
+                for line in _report_lines(report):
+                    click.echo(line)
+    if fuzz is not None:
+        ok &= run_fuzz_suite(fuzz) == 0
+    if as_json:
+        click.echo(json.dumps(results, indent=2, default=str))
+    if not ok:
+        sys.exit(1)
+
+
+FUZZ_SUITE = Path(__file__).resolve().parents[2] / "tests" / "integration" / "test_fuzz.py"
+
+
+def run_fuzz_suite(examples: int) -> int:
+    """Run the fuzz suite with `examples` cases per target; returns pytest's exit code."""
+    if not FUZZ_SUITE.exists():
+        raise click.UsageError(
+            f"--fuzz runs {FUZZ_SUITE.relative_to(FUZZ_SUITE.parents[2])} from a source "
+            "checkout (an editable install); it is not part of the installed package"
+        )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(FUZZ_SUITE),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--hypothesis-show-statistics",
+    ]
+    environment = {**os.environ, "FAULTFINDER_FUZZ_EXAMPLES": str(examples)}
+    return subprocess.run(command, cwd=FUZZ_SUITE.parents[2], env=environment).returncode
+
+
+def _require_empty(database_url: str) -> None:
+    spans = asyncio.run(stored_span_count(database_url))
+    if spans:
+        raise click.UsageError(
+            f"--database-url {redacted(database_url)} already holds {spans} spans; "
+            "kill chaos counts everything it finds, so give it an empty database"
+        )

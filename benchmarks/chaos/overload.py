@@ -1,0 +1,320 @@
+"""Overload: offer a sidecar a multiple of its measured capacity and check that it sheds
+load with 503 + Retry-After, keeps answering queries, recovers and loses no span."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+from opentelemetry.sdk.trace import ReadableSpan
+
+from faultfinder.benchmarks.chaos.sending import SendTally, send_until_acknowledged
+from faultfinder.benchmarks.chaos.stored_state import read_stored_state
+from faultfinder.benchmarks.chaos.traffic import ChaosTraffic, SpanKey, span_keys
+from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb
+from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE
+
+__all__ = [
+    "OverloadOutcome",
+    "OverloadReport",
+    "measure_capacity",
+    "measure_capacity_async",
+    "run_overload",
+]
+
+
+@dataclass
+class OverloadReport:
+    """Figures of driving one sidecar past its capacity."""
+
+    capacity_spans_per_s: float
+    factor: float
+    duration_s: float
+    offered_spans_per_s: float = 0.0
+    """Distinct spans offered per second during the overload (first attempts only)."""
+    spans_offered: int = 0
+    spans_acknowledged: int = 0
+    spans_stored: int = 0
+    """Growth of the stored-span count from the start of the overload."""
+    acknowledged_but_missing: int | None = None
+    """Acknowledged spans not in the database (checked span by span when the database
+    is known, else by counts): must be 0."""
+    spans_given_up: int = 0
+    """Spans the retrying senders gave up on: must be 0."""
+    responses: dict[int, int] = field(default_factory=dict)
+    throttled_without_retry_after: int = 0
+    server_refusals: dict[str, int] = field(default_factory=dict)
+    """The server's count of refused requests by reason (`requests_rejected` of
+    /api/stats/ingest): `saturated` = queue full, `inflight` = too many bytes arriving."""
+    transport_errors: int = 0
+    exporter_batches: int = 0
+    exporter_spans_acknowledged: int = 0
+    exporter_failures: int = 0
+    """OpenTelemetry SDK `OTLPSpanExporter.export` calls that gave up (it tries 6 times)."""
+    queries: int = 0
+    query_failures: int = 0
+    """GET /api/runs during the overload that did not answer 200."""
+    query_p50_ms: float = 0.0
+    query_max_ms: float = 0.0
+    baseline_rss_mb: float | None = None
+    peak_rss_mb: float | None = None
+    """The server's VmHWM after the run."""
+    rss_samples_mb: list[float] = field(default_factory=list)
+    """The server's VmRSS every `rss_interval_s` from the start of the overload until it
+    recovered: a bounded server levels off, a leaking one keeps climbing."""
+    rss_interval_s: float = 5.0
+    recovery_s: float | None = None
+    """Seconds from the end of the overload until every retry was acknowledged."""
+    recovered: bool = False
+    """After the overload: queue empty, a new request acknowledged at the first attempt."""
+    server_alive: bool = True
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.server_alive
+            and self.recovered
+            and self.acknowledged_but_missing == 0
+            and self.spans_given_up == 0
+            and self.query_failures == 0
+            and self.throttled_without_retry_after == 0
+            and not any(status >= 500 and status != 503 for status in self.responses)
+        )
+
+
+@dataclass
+class OverloadOutcome:
+    report: OverloadReport
+    acknowledged: set[SpanKey]
+    """Every span acknowledged, by the retrying senders and by the SDK exporter."""
+    offered: set[SpanKey]
+    """The spans the retrying senders offered (each retried until acknowledged)."""
+    exporter_offered: set[SpanKey]
+
+
+async def _stored_spans(client: httpx.AsyncClient, url: str) -> int:
+    response = await client.get(url + STATS_INGEST_PATH, timeout=30)
+    response.raise_for_status()
+    return int(response.json()["spans_stored"])
+
+
+async def measure_capacity_async(
+    url: str, traffic: ChaosTraffic, *, seconds: float = 5.0, concurrency: int = 8
+) -> float:
+    """Acknowledged (hence durable) spans per second with `concurrency` closed-loop senders."""
+    tally = SendTally()
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+
+        async def sender() -> None:
+            while time.monotonic() < deadline:
+                await send_until_acknowledged(
+                    client, f"{url}/v1/traces", traffic.next_request(), tally, retry_in_flight=True
+                )
+
+        started = time.monotonic()
+        await asyncio.gather(*(sender() for _ in range(concurrency)))
+        elapsed = time.monotonic() - started
+    return len(tally.acknowledged) / elapsed
+
+
+def measure_capacity(
+    url: str, traffic: ChaosTraffic, *, seconds: float = 5.0, concurrency: int = 8
+) -> float:
+    """`measure_capacity_async` from synchronous code."""
+    return asyncio.run(
+        measure_capacity_async(url, traffic, seconds=seconds, concurrency=concurrency)
+    )
+
+
+def _export_with_sdk(url: str, batches: Sequence[Sequence[ReadableSpan]]) -> list[bool]:
+    """Export batches with the OpenTelemetry SDK's OTLP/HTTP exporter (its own retries)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    exporter = OTLPSpanExporter(endpoint=f"{url}/v1/traces", timeout=120)
+    try:
+        return [exporter.export(batch) is SpanExportResult.SUCCESS for batch in batches]
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]
+
+
+async def _overload(
+    url: str,
+    traffic: ChaosTraffic,
+    report: OverloadReport,
+    tally: SendTally,
+    offered: set[SpanKey],
+    exporter_offered: set[SpanKey],
+    *,
+    sdk_batches: Sequence[Sequence[ReadableSpan]],
+    max_in_flight: int,
+    server_pid: int | None = None,
+) -> None:
+    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=64)
+    timeout = httpx.Timeout(120.0, pool=None)
+    async with (
+        httpx.AsyncClient(timeout=timeout, limits=limits) as client,
+        # Expire idle connections before the server's 5 s keep-alive timeout, so that a
+        # failed probe means the server failed, not a race over a closing connection.
+        httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)) as query_client,
+    ):
+        baseline = await _stored_spans(query_client, url)
+        stop_queries = asyncio.Event()
+        latencies: list[float] = []
+
+        async def query_prober() -> None:
+            while not stop_queries.is_set():
+                started = time.perf_counter()
+                try:
+                    answer = await query_client.get(f"{url}/api/runs", params={"limit": 5})
+                    if answer.status_code != 200:
+                        report.query_failures += 1
+                        tally.note(f"GET /api/runs → {answer.status_code}")
+                except httpx.HTTPError as error:
+                    report.query_failures += 1
+                    tally.note(f"GET /api/runs failed: {type(error).__name__}: {error}")
+                latencies.append(time.perf_counter() - started)
+                report.queries += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop_queries.wait(), 0.25)
+
+        async def rss_sampler(pid: int) -> None:
+            while True:
+                rss = process_memory_kb(pid).get("VmRSS")
+                if rss is not None:
+                    report.rss_samples_mb.append(round(rss / 1024, 1))
+                await asyncio.sleep(report.rss_interval_s)
+
+        sampler = asyncio.create_task(rss_sampler(server_pid)) if server_pid else None
+        prober = asyncio.create_task(query_prober())
+        exporting = asyncio.create_task(asyncio.to_thread(_export_with_sdk, url, sdk_batches))
+        in_flight: set[asyncio.Task[bool]] = set()
+        rate = report.capacity_spans_per_s * report.factor
+        started = time.monotonic()
+        next_send = started
+        first_attempts = 0
+        while time.monotonic() - started < report.duration_s:
+            request = traffic.next_request()
+            next_send += len(request.spans) / rate
+            await asyncio.sleep(max(0.0, next_send - time.monotonic()))
+            offered.update(request.spans)
+            first_attempts += len(request.spans)
+            task = asyncio.create_task(
+                send_until_acknowledged(
+                    client, f"{url}/v1/traces", request, tally, retry_in_flight=True
+                )
+            )
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        sending_ended = time.monotonic()
+        report.offered_spans_per_s = first_attempts / (sending_ended - started)
+        if in_flight:
+            await asyncio.gather(*in_flight)
+        results = await exporting
+        report.recovery_s = time.monotonic() - sending_ended
+        stop_queries.set()
+        await prober
+        report.exporter_batches = len(results)
+        report.exporter_failures = results.count(False)
+        for batch, ok in zip(sdk_batches, results, strict=True):
+            exporter_offered.update(span_keys(batch))
+            if ok:
+                tally.acknowledged.update(span_keys(batch))
+                report.exporter_spans_acknowledged += len(batch)
+        # Recovered: the queue drains and a fresh request goes through at the first attempt.
+        drained = False
+        deadline = time.monotonic() + 60
+        while not drained and time.monotonic() < deadline:
+            stats = (await query_client.get(url + STATS_INGEST_PATH)).json()
+            drained = stats["queued_spans"] == 0
+            report.server_refusals = dict(stats.get("requests_rejected") or {})
+            if not drained:
+                await asyncio.sleep(0.1)
+        report.spans_stored = await _stored_spans(query_client, url) - baseline
+        probe = traffic.next_request()
+        fresh = await client.post(
+            f"{url}/v1/traces", content=probe.body, headers={"content-type": PROTOBUF_CONTENT_TYPE}
+        )
+        report.recovered = drained and fresh.status_code == 200
+        if sampler is not None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        ordered = sorted(latencies)
+        if ordered:
+            report.query_p50_ms = ordered[len(ordered) // 2] * 1000
+            report.query_max_ms = ordered[-1] * 1000
+
+
+def run_overload(
+    url: str,
+    *,
+    server_pid: int | None = None,
+    database_url: str | None = None,
+    capacity: float | None = None,
+    factor: float = 2.0,
+    duration: float = 10.0,
+    runs_per_request: int = 4,
+    capacity_seconds: float = 5.0,
+    sdk_batches: int = 10,
+    max_in_flight: int = 256,
+) -> OverloadOutcome:
+    """Offer `factor` × capacity spans/s of realistic agent runs for `duration` seconds to
+    the sidecar at `url`, then wait until every request is acknowledged.
+
+    The senders retry 429/503 after Retry-After (with jitter) until acknowledged, like an
+    exporter with unbounded retries; an OpenTelemetry SDK exporter sends `sdk_batches`
+    batches meanwhile (it gives up after 6 tries: reported, not required to succeed);
+    GET /api/runs is probed every 0.25 s. Capacity is measured first unless given. With
+    `database_url`, acknowledged spans are checked against the database one by one.
+    """
+    traffic = ChaosTraffic(
+        runs_per_request=runs_per_request, failed_interval_s=None, realistic=True
+    )
+    if capacity is None:
+        capacity = measure_capacity(url, traffic, seconds=capacity_seconds)
+    report = OverloadReport(capacity_spans_per_s=capacity, factor=factor, duration_s=duration)
+    if server_pid is not None:
+        rss = process_memory_kb(server_pid).get("VmRSS")
+        report.baseline_rss_mb = rss / 1024 if rss is not None else None
+    batches = [traffic.exporter_batch() for _ in range(sdk_batches)]
+    tally = SendTally()
+    offered: set[SpanKey] = set()
+    exporter_offered: set[SpanKey] = set()
+    asyncio.run(
+        _overload(
+            url,
+            traffic,
+            report,
+            tally,
+            offered,
+            exporter_offered,
+            sdk_batches=batches,
+            max_in_flight=max_in_flight,
+            server_pid=server_pid,
+        )
+    )
+    report.spans_offered = len(offered) + len(exporter_offered)
+    report.spans_acknowledged = len(tally.acknowledged)
+    report.spans_given_up = len(tally.given_up)
+    if database_url is not None:
+        stored = asyncio.run(read_stored_state(database_url)).spans
+        report.acknowledged_but_missing = len(tally.acknowledged - stored)
+    else:
+        report.acknowledged_but_missing = max(report.spans_acknowledged - report.spans_stored, 0)
+    report.responses = dict(sorted(tally.statuses.items()))
+    report.throttled_without_retry_after = tally.throttled_without_retry_after
+    report.transport_errors = tally.transport_errors + tally.connection_refused
+    report.errors = tally.errors
+    if server_pid is not None:
+        memory = process_memory_kb(server_pid)
+        report.server_alive = bool(memory)
+        hwm = memory.get("VmHWM")
+        report.peak_rss_mb = hwm / 1024 if hwm is not None else None
+    return OverloadOutcome(report, tally.acknowledged, offered, exporter_offered)

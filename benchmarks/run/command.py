@@ -1,0 +1,424 @@
+"""The click command `faultfinder bench run`: resolves the options (dataset, record
+subset, model endpoint or local model server), shows progress and prints the summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+from rich.console import Console
+from rich.table import Table
+
+from faultfinder.attributors.base import (
+    UnknownAttributorError,
+    available_attributors,
+    close_attributor,
+    get_attributor,
+)
+from faultfinder.attributors.llm.methods import LLM_METHODS
+from faultfinder.attributors.local_model import LOCAL_MODELS
+from faultfinder.attributors.scoring import OVERALL
+from faultfinder.benchmarks.datasets import (
+    DATASET_SPECS,
+    DATASETS_DIR_ENV,
+    DatasetError,
+    load_dataset,
+    resolve_datasets_dir,
+)
+from faultfinder.benchmarks.run.attribution import BenchmarkSettings
+from faultfinder.benchmarks.run.benchmark import run_benchmark
+from faultfinder.benchmarks.run.checkpoint import (
+    RESULTS_FILE,
+    ResumeMismatch,
+    check_identity,
+    read_run_file,
+)
+from faultfinder.benchmarks.run.models import (
+    fold_models,
+    model_client_settings,
+    model_options,
+    terminate_cleanly,
+)
+from faultfinder.benchmarks.run.progress import attribution_progress
+from faultfinder.benchmarks.run.selection import choose_records
+from faultfinder.benchmarks.subsets import FIXED_SUBSET_SEED
+
+__all__ = ["run_command"]
+
+
+def _default_out_dir(dataset: str, attributor: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path("bench-out") / f"{dataset.replace(':', '-')}-{attributor}-{stamp}"
+    candidate, suffix = base, 1
+    while candidate.exists():
+        suffix += 1
+        candidate = base.with_name(f"{base.name}-{suffix}")
+    return candidate
+
+
+def _summary_table(summary: Mapping[str, Any]) -> Table:
+    repeats = int(summary["settings"]["repeats"])
+    table = Table(title=f"{summary['attributor']} on {summary['dataset']}")
+    for column in (
+        "subset", "n", "agent %", "step %", "±1 %", "±3 %", "±5 %",
+        "official agent %", "official step %", "random expected agent/step %",
+    ):  # fmt: skip
+        table.add_column(column, justify="left" if column == "subset" else "right")
+
+    def pct(metric: Mapping[str, float]) -> str:
+        text = f"{100 * metric['mean']:.1f}"
+        return text + f" ±{100 * metric['std']:.1f}" if repeats > 1 else text
+
+    for name, subset in summary["subsets"].items():
+        accuracy = subset["accuracy"]
+        expected = subset["random_expected"]
+        table.add_row(
+            name,
+            str(subset["n"]),
+            *(pct(accuracy[key]) for key in ("agent", "step", "step_pm1", "step_pm3", "step_pm5")),
+            pct(accuracy["official_agent"]),
+            pct(accuracy["official_step"]),
+            f"{100 * expected['agent']:.1f} / {100 * expected['step']:.1f}",
+        )
+    return table
+
+
+def _print_summary(summary: Mapping[str, Any], out_dir: Path) -> None:
+    """The summary table, the run's cost and the files written."""
+    Console().print(_summary_table(summary))
+    cost = summary["subsets"][OVERALL]["cost"]
+    click.echo(
+        f"records completed {summary['records_completed']} (this session"
+        f" {summary['attributed_this_session']}); LLM calls {cost['total_llm_calls']},"
+        f" prompt tokens {cost['total_prompt_tokens']}, completion tokens"
+        f" {cost['total_completion_tokens']}; {cost['mean_latency_s']:.1f} s/record,"
+        f" wall time {summary['wall_time_s']:.1f} s"
+    )
+    click.echo(
+        "random expected = analytical accuracy of a uniform random agent/step on these records"
+    )
+    click.echo(
+        f"wrote {out_dir / RESULTS_FILE}, {out_dir / 'summary.json'}, {out_dir / 'report.md'},"
+        f" {out_dir / 'report.html'}"
+    )
+
+
+def _check_attributor(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value not in available_attributors():
+        raise click.BadParameter(
+            f"unknown attributor {value!r}; available: {', '.join(available_attributors())}",
+            ctx=ctx,
+            param=param,
+        )
+    return value
+
+
+@click.command(name="run")
+@click.option(
+    "--dataset",
+    required=True,
+    help="who_and_when[:algorithm-generated|:hand-crafted] or who_and_when_pro.",
+)
+@click.option(
+    "--attributor",
+    required=True,
+    callback=_check_attributor,
+    help="Registered attributor name, e.g. random, first_error, all_at_once, a2p.",
+)
+@click.option(
+    "--with-ground-truth/--without-ground-truth",
+    default=True,
+    show_default=True,
+    help="Whether the method may see the task's correct answer.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="At most N records per subset.")
+@click.option(
+    "--records",
+    "records_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Only the record ids listed in FILE (one per line, # comments allowed).",
+)
+@click.option(
+    "--fraction",
+    help="Only a fixed fraction (e.g. 1/3) of each subset, chosen by --subset-seed.",
+)
+@click.option(
+    "--subset-seed", type=int, default=FIXED_SUBSET_SEED, show_default=True,
+    help="Seed that picks the --fraction records (sorted ids shuffled, first round(n×f)).",
+)  # fmt: skip
+@click.option(
+    "--concurrency", type=click.IntRange(min=1),
+    help="Records attributed at the same time (default 4; 1 with --local-model). A single"
+    " local llama.cpp server answers one request at a time: use 1 with it.",
+)  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first repeat.")
+@click.option(
+    "--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Passes over the data with seeds S..S+K-1; the summary gives mean and spread.",
+)  # fmt: skip
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory (default bench-out/<dataset>-<attributor>-<timestamp>/).",
+)
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue the run in --out: skip records (per seed) already in its results.jsonl,"
+    " append the rest; --no-resume starts the directory over.",
+)
+@click.option(
+    "--local-model",
+    type=click.Choice(sorted(LOCAL_MODELS)),
+    help="Start this local model server for the run and stop it after (LLM methods).",
+)
+@click.option(
+    "--local-threads", type=click.IntRange(min=1), default=2, show_default=True,
+    help="CPU threads of the --local-model server. On a busy 2-core machine 1 generates"
+    " several times faster than 2 (the threads wait on each other).",
+)  # fmt: skip
+@click.option("--model", help="Model name for LLM methods (FAULTFINDER_LLM_MODEL).")
+@click.option("--base-url", help="OpenAI-compatible endpoint ending in /v1 (OPENAI_BASE_URL).")
+@click.option("--api-key", help="Bearer key (OPENAI_API_KEY).")
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1),
+    help="Completion tokens per call (FAULTFINDER_LLM_MAX_TOKENS).",
+)  # fmt: skip
+@click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True),
+    help="Seconds per call attempt (FAULTFINDER_LLM_TIMEOUT).",
+)  # fmt: skip
+@click.option(
+    "--token-budget", type=click.IntRange(min=1),
+    help="Tokens one attribution may spend (FAULTFINDER_LLM_TOKEN_BUDGET).",
+)  # fmt: skip
+@click.option(
+    "--context-tokens", type=click.IntRange(min=257),
+    help="The model's context window (FAULTFINDER_LLM_CONTEXT_TOKENS; with --local-model"
+    " also the server's n_ctx, default 8192).",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print only the summary JSON on stdout.")
+@click.option(
+    "--datasets-dir",
+    envvar=DATASETS_DIR_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=f"Root of the datasets (${DATASETS_DIR_ENV}; default ../shared/datasets).",
+)
+@click.option(
+    "--cv", "cv_folds", type=click.IntRange(min=2),
+    help="Trained attributors (learned): K-fold cross-validation, scoring held-out folds only.",
+)  # fmt: skip
+@click.option(
+    "--cv-seeds", type=click.IntRange(min=1), default=3, show_default=True,
+    help="With --cv: fold splits with seeds S..S+N-1 (S = --seed); reports mean and spread.",
+)  # fmt: skip
+@click.option(
+    "--prefilter", "prefilter_top_k", type=click.IntRange(min=1),
+    help="LLM methods: name the learned model's top K steps to the model as hints and shorten"
+    " the log away from them. On Who&When the hints come from out-of-fold models.",
+)  # fmt: skip
+@click.option(
+    "--prefilter-cv", type=click.IntRange(min=2),
+    help="With --prefilter on Who&When: folds of the out-of-fold models (default 5, split by"
+    " --seed); each record's hints come from a model trained on the other folds. Other"
+    " datasets use the packaged model, which was trained on Who&When only.",
+)  # fmt: skip
+def run_command(
+    dataset: str,
+    attributor: str,
+    with_ground_truth: bool,
+    limit: int | None,
+    records_file: Path | None,
+    fraction: str | None,
+    subset_seed: int,
+    concurrency: int | None,
+    seed: int,
+    repeats: int,
+    out: Path | None,
+    resume: bool,
+    local_model: str | None,
+    local_threads: int,
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    max_tokens: int | None,
+    timeout: float | None,
+    token_budget: int | None,
+    context_tokens: int | None,
+    as_json: bool,
+    datasets_dir: Path | None,
+    cv_folds: int | None,
+    cv_seeds: int,
+    prefilter_top_k: int | None,
+    prefilter_cv: int | None,
+) -> None:
+    """Score an attributor on a labelled dataset (accuracy, ±k, official-script, cost).
+
+    Runs are resumable: rerun with the same --out to finish what an interrupted run left.
+    """
+    if dataset.strip().lower() not in DATASET_SPECS:
+        raise click.BadParameter(
+            f"unknown dataset {dataset!r}; valid: {', '.join(DATASET_SPECS)}",
+            param_hint="'--dataset'",
+        )
+    is_llm = attributor in LLM_METHODS
+    given_model = model_options(
+        model,
+        base_url,
+        api_key,
+        {
+            "max_tokens": max_tokens,
+            "timeout": timeout,
+            "token_budget": token_budget,
+            "context_tokens": context_tokens,
+        },
+    )
+    if not is_llm and (given_model or local_model):
+        raise click.UsageError(
+            f"model options apply to the LLM methods ({', '.join(LLM_METHODS)}), not {attributor!r}"
+        )
+    if local_model is not None and (model or base_url or api_key):
+        raise click.UsageError(
+            "--local-model serves its own endpoint; drop --model/--base-url/--api-key"
+        )
+    on_who_and_when = dataset.strip().lower().split(":")[0] == "who_and_when"
+    if prefilter_top_k is not None and (not is_llm or attributor == "step_by_step"):
+        raise click.UsageError(
+            "--prefilter applies to the LLM methods that take hints"
+            f" ({', '.join(m for m in LLM_METHODS if m != 'step_by_step')}), not {attributor!r}"
+        )
+    if prefilter_cv is not None and (prefilter_top_k is None or not on_who_and_when):
+        raise click.UsageError("--prefilter-cv needs --prefilter and a who_and_when dataset")
+    if prefilter_top_k is not None and on_who_and_when:
+        prefilter_cv = prefilter_cv or 5
+    root = resolve_datasets_dir(datasets_dir)
+    try:
+        everything = list(load_dataset(dataset, root))
+    except DatasetError as exc:
+        # The message names the folder or file and field at fault.
+        raise click.ClickException(str(exc)) from None
+    records, selection = choose_records(everything, limit, records_file, fraction, subset_seed)
+    if not records:
+        raise click.BadParameter(
+            f"{dataset!r} has no records under {root}", param_hint="'--dataset'"
+        )
+    if cv_folds is not None:
+        from faultfinder.benchmarks.cv import cross_validate_command
+
+        cross_validate_command(
+            records,
+            attributor=attributor,
+            folds=cv_folds,
+            seeds=tuple(seed + r for r in range(cv_seeds)),
+            use_ground_truth=with_ground_truth,
+            out_dir=out if out is not None else _default_out_dir(dataset, f"{attributor}-cv"),
+            as_json=as_json,
+        )
+        return
+    if concurrency is None:
+        concurrency = 1 if local_model is not None else 4
+    stderr = Console(stderr=True)
+    prefilter: dict[str, Any] | None = None
+    prefilter_config: dict[str, Any] = {}
+    label = attributor if prefilter_top_k is None else f"{attributor}-prefilter{prefilter_top_k}"
+    out_dir = out if out is not None else _default_out_dir(dataset, label)
+    if prefilter_top_k is not None:
+        prefilter = {"top_k": prefilter_top_k, "cv_folds": prefilter_cv, "cv_seed": None}
+        prefilter_config["prefilter_top_k"] = prefilter_top_k
+        if prefilter_cv is not None:
+            prefilter["cv_seed"] = seed
+            # A directory whose hints came from folds split otherwise (before folds kept a
+            # task's runs together) must not be continued with these.
+            from faultfinder.attributors.learned.training import FOLDS_BY
+
+            prefilter["cv_folds_by"] = FOLDS_BY
+            # Refuse a directory made with another pre-filter before spending time on training.
+            try:
+                recorded = read_run_file(out_dir) if resume else None
+                if recorded is not None:
+                    identity = recorded["identity"]
+                    check_identity(out_dir, identity, {**identity, "prefilter": prefilter})
+            except ResumeMismatch as exc:
+                raise click.ClickException(str(exc)) from None
+            prefilter_config["prefilter_model"] = fold_models(
+                root, records, prefilter_cv, seed, with_ground_truth, stderr
+            )
+
+    # One request at a time per record keeps a single local server from thrashing.
+    given_model.setdefault("concurrency", concurrency)
+    with (
+        terminate_cleanly(),
+        model_client_settings(
+            is_llm, local_model, given_model, out_dir, context_tokens, local_threads, stderr
+        ) as model_settings,
+    ):
+        config: dict[str, Any] = dict(prefilter_config)
+        model_identity: str | None = None
+        recorded_model: dict[str, Any] = {}
+        if model_settings is not None:
+            config["settings"] = model_settings
+            model_identity = local_model or model_settings.model
+            recorded_model = model_settings.model_dump(mode="json", exclude={"api_key"})
+            if local_model is not None:
+                recorded_model["local_model"] = local_model
+        try:
+            method = get_attributor(attributor, **config)
+        except UnknownAttributorError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--attributor'") from None
+
+        settings = BenchmarkSettings(
+            dataset=dataset,
+            attributor=attributor,
+            use_ground_truth=with_ground_truth,
+            limit=limit,
+            concurrency=concurrency,
+            seed=seed,
+            repeats=repeats,
+            datasets_dir=str(root),
+            model=model_identity,
+            model_settings=recorded_model,
+            selection=selection,
+            prefilter=prefilter,
+        )
+        progress = attribution_progress(stderr)
+        with progress:
+            task = progress.add_task(f"{attributor} on {dataset}", total=None)
+
+            def plan(finished: int, to_do: int) -> None:
+                if finished:
+                    stderr.print(
+                        f"resuming {out_dir}: {finished} of {finished + to_do} selected"
+                        f" attributions already done, {to_do} to go"
+                    )
+                progress.update(task, total=to_do)
+
+            async def run_then_close() -> dict[str, Any]:
+                try:
+                    return await run_benchmark(
+                        records,
+                        method,
+                        settings,
+                        out_dir=out_dir,
+                        resume=resume,
+                        on_outcome=lambda _: progress.advance(task),
+                        on_plan=plan,
+                    )
+                finally:
+                    await close_attributor(method)
+
+            try:
+                summary = anyio.run(run_then_close)
+            except ResumeMismatch as exc:
+                raise click.ClickException(str(exc)) from None
+
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    _print_summary(summary, out_dir)

@@ -1,0 +1,113 @@
+"""The dashboard's rendering: where its templates and static files are, the Jinja
+environment and the filters that format times, durations, percentages and agent colours."""
+
+from __future__ import annotations
+
+import urllib.parse
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.router import Router
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+
+from faultfinder.attributors.model import (
+    normalise_agent,
+)
+
+DASHBOARD_DIR = Path(str(files("faultfinder.dashboards")))
+TEMPLATES_DIR = DASHBOARD_DIR / "templates"
+STATIC_DIR = DASHBOARD_DIR / "static"
+
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+
+
+def format_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso_time(seconds: float | None) -> str:
+    return "" if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 120:
+        return f"{minutes} min {rest} s"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+def format_period(seconds: int) -> str:
+    """A bucket length in words: 300 → "5 min", 21600 → "6 h", 86400 → "1 day"."""
+    if seconds % 86400 == 0:
+        days = seconds // 86400
+        return f"{days} day" + ("s" if days != 1 else "")
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def format_percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f} %"
+
+
+def agent_colour(agent: str) -> str:
+    """A stable colour per agent name, the same on every chart."""
+    return PALETTE[sum(normalise_agent(agent).encode()) % len(PALETTE)]
+
+
+def template_environment() -> Environment:
+    environment = Environment(
+        loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(
+        time=format_time,
+        iso=iso_time,
+        duration=format_duration,
+        period=format_period,
+        percent=format_percent,
+        colour=agent_colour,
+        quote=lambda text: urllib.parse.quote(str(text), safe=""),
+    )
+    return environment
+
+
+def dashboard_templates() -> TemplateConfig[JinjaTemplateEngine]:
+    """The template configuration of the app (Jinja, autoescaped)."""
+    return TemplateConfig(
+        engine=JinjaTemplateEngine.from_environment(template_environment()),
+    )
+
+
+def dashboard_static_files() -> Router:
+    """`/ui/static/…`: the dashboard's stylesheet and script (no third-party assets)."""
+    return create_static_files_router(
+        path="/ui/static", directories=[STATIC_DIR], name="dashboard-static"
+    )
