@@ -1,6 +1,8 @@
-"""A sidecar database's human-labelled runs as training records for `faultfinder train`.
+"""A sidecar database's labelled runs as records for `faultfinder train`, `bench run` and
+`faultfinder dataset export`.
 
-Every run somebody labelled (`POST /api/runs/{id}/labels` or the dashboard's button)
+Every labelled run (`POST /api/runs/{id}/labels`, the dashboard's button, or a kept
+injected failure of `faultfinder inject run`)
 becomes one record: its trajectory assembled from its stored spans as the attributors
 saw it, with the newest label as the gold culprit. A label that no longer fits its run
 (a step past the run's end) is skipped and reported, never guessed at.
@@ -72,7 +74,13 @@ async def labelled_records(
             else:
                 framework = trajectory.metadata.get("framework")
                 subset = framework if isinstance(framework, str) and framework else LIVE_SUBSET
-                gold = GoldLabel(agent=label.agent, step=label.step, reason=label.reason or "")
+                gold = GoldLabel(
+                    agent=label.agent,
+                    step=label.step,
+                    reason=label.reason or "",
+                    mode=label.mode,
+                    source=label.source,
+                )
                 out.records.append(
                     BenchmarkRecord(
                         dataset=DATABASE_DATASET,
@@ -80,6 +88,7 @@ async def labelled_records(
                         record_id=f"{DATABASE_DATASET}/{run_id}",
                         trajectory=trajectory,
                         gold=gold,
+                        details=label.details or {},
                     )
                 )
             if on_run is not None:

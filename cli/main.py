@@ -55,6 +55,10 @@ class LazyGroup(click.Group):
             "faultfinder.benchmarks.cli:bench",
             "Benchmarks: score attributors, replay datasets through OTLP, measure ingest.",
         ),
+        "dataset": (
+            "faultfinder.benchmarks.dataset_cli:dataset_group",
+            "Labelled runs in the generic format: convert datasets, export a sidecar's labels.",
+        ),
         "train": (
             "faultfinder.benchmarks.train:train_command",
             "Train the `learned` attributor's step model and write it as JSON.",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -168,9 +168,18 @@ class AsyncClient:
         reason: str | None = None,
         *,
         author: str | None = None,
+        mode: str | None = None,
+        source: str | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> Label:
-        """Record the true answer for a failed run: the responsible `agent`, 0-based `step`."""
-        return await self._send(calls.label_call(run_id, agent, step, reason, author))
+        """Record the true answer for a failed run: the responsible `agent`, 0-based `step`;
+        optionally the error `mode` (e.g. "R.3"), the `source` ("human", or "injected" for a
+        controlled failure injection's exact label) and its `details`."""
+        return await self._send(
+            calls.label_call(
+                run_id, agent, step, reason, author, mode=mode, source=source, details=details
+            )
+        )
 
     async def labels(self, run_id: str) -> tuple[Label, ...]:
         """The human labels of the run."""

@@ -151,7 +151,15 @@ def reattribute_call(run_id: str, attributor: str) -> Call[AttributionJob]:
 
 
 def label_call(
-    run_id: str, agent: str, step: int, reason: str | None, author: str | None
+    run_id: str,
+    agent: str,
+    step: int,
+    reason: str | None,
+    author: str | None,
+    *,
+    mode: str | None = None,
+    source: str | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> Call[Label]:
     if not agent:
         raise ValueError("agent must not be empty")
@@ -162,6 +170,12 @@ def label_call(
         body["reason"] = reason
     if author is not None:
         body["author"] = author
+    if mode is not None:
+        body["mode"] = mode
+    if source is not None:
+        body["source"] = source
+    if details is not None:
+        body["details"] = dict(details)
     return Call("POST", run_path(run_id, "/labels"), read_label, body=body)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -187,9 +187,18 @@ class Client:
         reason: str | None = None,
         *,
         author: str | None = None,
+        mode: str | None = None,
+        source: str | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> Label:
-        """Record the true answer for a failed run: the responsible `agent`, 0-based `step`."""
-        return self._send(calls.label_call(run_id, agent, step, reason, author))
+        """Record the true answer for a failed run: the responsible `agent`, 0-based `step`;
+        optionally the error `mode` (e.g. "R.3"), the `source` ("human", or "injected" for a
+        controlled failure injection's exact label) and its `details`."""
+        return self._send(
+            calls.label_call(
+                run_id, agent, step, reason, author, mode=mode, source=source, details=details
+            )
+        )
 
     def labels(self, run_id: str) -> tuple[Label, ...]:
         """The human labels of the run."""

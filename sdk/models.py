@@ -186,6 +186,12 @@ class Label:
     author: str | None = None
     created_at: float | None = None
     """Unix seconds."""
+    mode: str | None = None
+    """The error mode's code (e.g. `R.3`), when the label names one."""
+    source: str = "human"
+    """`human`, or `injected` for the exact label of a controlled failure injection."""
+    details: dict[str, Any] | None = None
+    """An injected label's attempt (original and injected text, model call)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

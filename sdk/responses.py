@@ -72,6 +72,9 @@ class _Fields:
     def number(self, key: str, default: float | None = None) -> float:
         return float(self._required(key, default, "a number", _is_number))
 
+    def optional_object(self, key: str) -> dict[str, Any] | None:
+        return self._optional(key, "a JSON object", _is_object)
+
     def optional_number(self, key: str) -> float | None:
         value = self._optional(key, "a number", _is_number)
         return None if value is None else float(value)
@@ -280,6 +283,9 @@ def read_label(value: object, where: str = "label") -> Label:
         reason=f.optional_text("reason"),
         author=f.optional_text("author"),
         created_at=f.optional_number("created_at"),
+        mode=f.optional_text("mode"),
+        source=f.optional_text("source") or "human",
+        details=f.optional_object("details"),
     )
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
 from faultfinder.server.api.schemas import (
@@ -61,6 +62,9 @@ def label_out(label: Label) -> LabelOut:
         reason=label.reason,
         author=label.author,
         created_at=label.created_at / 1e9,
+        mode=label.mode,
+        source="injected" if label.source == "injected" else "human",
+        details=label.details,
     )
 
 
@@ -188,7 +192,16 @@ class RunService:
         return [job_out(job) for job in await self._jobs.for_run(run_id)]
 
     async def add_label(
-        self, run_id: str, *, agent: str, step: int, reason: str | None, author: str | None
+        self,
+        run_id: str,
+        *,
+        agent: str,
+        step: int,
+        reason: str | None,
+        author: str | None,
+        mode: str | None = None,
+        source: str = "human",
+        details: dict[str, Any] | None = None,
     ) -> LabelOut:
         row = await self._row(run_id)
         trajectory = await load_trajectory(self._store, row)
@@ -198,7 +211,14 @@ class RunService:
         if normalise_agent(agent) not in known:
             raise ValueError(f"agent: {agent!r} is not one of {sorted(known.values())}")
         label = await self._labels.add(
-            run_id, agent=known[normalise_agent(agent)], step=step, reason=reason, author=author
+            run_id,
+            agent=known[normalise_agent(agent)],
+            step=step,
+            reason=reason,
+            author=author,
+            mode=mode,
+            source=source,
+            details=details,
         )
         return label_out(label)
 

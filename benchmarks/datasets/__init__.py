@@ -5,7 +5,23 @@
 documented in docs/datasets.md.
 """
 
-from faultfinder.benchmarks.datasets.loading import DATASET_SPECS, count_records, load_dataset
+from faultfinder.benchmarks.datasets.generic import (
+    GENERIC_FORMAT,
+    LABEL_SOURCES,
+    STEP_ROLES,
+    dump_record,
+    load_generic_file,
+    record_json,
+    step_role,
+    write_records,
+)
+from faultfinder.benchmarks.datasets.loading import (
+    DATASET_SPECS,
+    SPEC_HELP,
+    check_spec,
+    count_records,
+    load_dataset,
+)
 from faultfinder.benchmarks.datasets.records import (
     DATASETS_DIR_ENV,
     WHO_AND_WHEN,
@@ -18,6 +34,8 @@ from faultfinder.benchmarks.datasets.records import (
 )
 from faultfinder.benchmarks.datasets.who_and_when import (
     MAGENTIC_ONE_ROSTER,
+    WHO_AND_WHEN_FORMAT,
+    load_who_and_when_format_record,
     load_who_and_when_record,
 )
 from faultfinder.benchmarks.datasets.who_and_when_pro import load_who_and_when_pro_record
@@ -25,16 +43,28 @@ from faultfinder.benchmarks.datasets.who_and_when_pro import load_who_and_when_p
 __all__ = [
     "DATASETS_DIR_ENV",
     "DATASET_SPECS",
+    "GENERIC_FORMAT",
+    "LABEL_SOURCES",
     "MAGENTIC_ONE_ROSTER",
+    "SPEC_HELP",
+    "STEP_ROLES",
     "WHO_AND_WHEN",
+    "WHO_AND_WHEN_FORMAT",
     "WHO_AND_WHEN_PRO",
     "BenchmarkRecord",
     "DatasetError",
     "GoldLabel",
+    "check_spec",
     "count_records",
     "default_datasets_dir",
+    "dump_record",
     "load_dataset",
+    "load_generic_file",
+    "load_who_and_when_format_record",
     "load_who_and_when_pro_record",
     "load_who_and_when_record",
+    "record_json",
     "resolve_datasets_dir",
+    "step_role",
+    "write_records",
 ]

@@ -4,8 +4,10 @@ for an unusable file, and where the datasets live on disk."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from faultfinder.attributors.model import Trajectory
 
@@ -29,6 +31,9 @@ class GoldLabel:
     reason: str = ""
     mode: str | None = None
     """Error-mode code or category when the dataset has one."""
+    source: str = "dataset"
+    """Who gave the label: `human` (a person), `injected` (controlled failure injection:
+    exact by construction) or `dataset` (a published dataset's annotation)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,9 @@ class BenchmarkRecord:
     """Unique within the dataset, e.g. `algorithm-generated/1`."""
     trajectory: Trajectory
     gold: GoldLabel
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """What else the record carries (for an injected failure: the mode, the original and
+    the injected text, the attempt)."""
 
 
 def default_datasets_dir() -> Path:

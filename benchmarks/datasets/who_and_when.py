@@ -26,8 +26,19 @@ WHO_AND_WHEN_FOLDERS = {
 }
 """Subset name -> its folder under the dataset's root."""
 
-_TERMINAL_AGENTS = frozenset({"Computer_terminal", "ComputerTerminal"})
-_HUMAN_AGENT = "human"
+_KIND_BY_NAME: dict[str, StepKind] = {
+    **dict.fromkeys(("computer_terminal", "computerterminal", "tool", "function", "ipython",
+                     "observation", "environment"), StepKind.TOOL),
+    **dict.fromkeys(("human", "user"), StepKind.HUMAN),
+    "system": StepKind.SYSTEM,
+}  # fmt: skip
+"""Speakers that are not agents of the system, by their case-folded name: terminals and
+tools report, the human or user gives the task (and, in a dialogue, answers), the system
+prompt frames the run."""
+_NOT_TEAM = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
+
+WHO_AND_WHEN_FORMAT = "who_and_when_format"
+"""`BenchmarkRecord.dataset` of a Who&When-format file read from a folder of any system."""
 # Hand-Crafted roles carry a parenthesised note: "Orchestrator (thought)",
 # "Orchestrator (-> WebSurfer)", "Orchestrator (termination condition)".
 _ROLE_NOTE = re.compile(r"^(?P<agent>.*?)\s*\((?P<note>[^()]*)\)\s*$")
@@ -48,62 +59,110 @@ def load_who_and_when_record(path: Path, subset: str) -> BenchmarkRecord:
             f"valid subsets: {', '.join(WHO_AND_WHEN_FOLDERS)}"
         )
     record_id = f"{subset}/{record_number(path)}"
-    fields = Fields(path, read_json_object(path))
     hand_crafted = subset == "hand-crafted"
+    return _load(
+        path,
+        dataset=WHO_AND_WHEN,
+        subset=subset,
+        record_id=record_id,
+        by_role=hand_crafted,
+        framework="magentic-one" if hand_crafted else "ag2",
+    )
 
+
+def load_who_and_when_format_record(path: Path, subset: str) -> BenchmarkRecord:
+    """A file in the Who&When format from any system (not the published dataset).
+
+    Each file decides its own layout: steps whose entries carry a `name` are read as
+    Algorithm-Generated ones (the agent is the `name`), the others as Hand-Crafted ones
+    (the agent is the `role`). A `framework` field is kept; a top-level
+    `"simulated_user": true` says the user's turns belong to the system under test.
+    """
+    fields = Fields(path, read_json_object(path))
+    history = fields.mappings("history")
+    framework = fields.data.get("framework")
+    return _load(
+        path,
+        dataset=WHO_AND_WHEN_FORMAT,
+        subset=subset,
+        record_id=f"{subset}/{path.stem}",
+        by_role=not any(entry.has("name") for entry in history),
+        framework=framework if isinstance(framework, str) and framework.strip() else None,
+        fields=fields,
+    )
+
+
+def _load(
+    path: Path,
+    *,
+    dataset: str,
+    subset: str,
+    record_id: str,
+    by_role: bool,
+    framework: str | None,
+    fields: Fields | None = None,
+) -> BenchmarkRecord:
+    if fields is None:
+        fields = Fields(path, read_json_object(path))
     steps = [
-        _who_and_when_step(index, entry, hand_crafted)
+        _who_and_when_step(index, entry, by_role)
         for index, entry in enumerate(fields.mappings("history"))
     ]
     gold_step = fields.integer_string("mistake_step")
     fields.check_step_in_range("mistake_step", gold_step, len(steps), "'history'")
-    mode_field = "mistake_type" if hand_crafted else "labels"
+    mode_field = "mistake_type" if fields.has("mistake_type") else "labels"
     gold = GoldLabel(
         agent=fields.string("mistake_agent", non_empty=True),
         step=gold_step,
-        reason=fields.string("mistake_reason"),
+        reason=fields.optional_text("mistake_reason"),
         mode=fields.optional_string(mode_field),
     )
     level = fields.data.get("level")
     if level is not None and (isinstance(level, bool) or not isinstance(level, str | int)):
         raise fields.error("level", f"must be a string or an integer, got {type_name(level)}")
+    roster = _roster(steps, simulated_user=fields.data.get("simulated_user") is True)
     trajectory = Trajectory(
-        run_id=f"{WHO_AND_WHEN}/{record_id}",
+        run_id=f"{dataset}/{record_id}",
         task=fields.string("question"),
-        ground_truth=fields.text("ground_truth"),
+        ground_truth=fields.text("ground_truth") if fields.has("ground_truth") else None,
         steps=tuple(steps),
         metadata={
-            "dataset": WHO_AND_WHEN,
+            "dataset": dataset,
             "subset": subset,
             "record": record_id,
-            "question_id": fields.string("question_ID"),
+            "question_id": fields.optional_string("question_ID"),
             "level": level,
-            "framework": "magentic-one" if hand_crafted else "ag2",
-            **({"roster": list(MAGENTIC_ONE_ROSTER)} if hand_crafted else {}),
+            **({"framework": framework} if framework else {}),
+            **({"roster": roster} if roster else {}),
         },
     )
-    return BenchmarkRecord(WHO_AND_WHEN, subset, record_id, trajectory, gold)
+    return BenchmarkRecord(dataset, subset, record_id, trajectory, gold)
 
 
-def _who_and_when_step(index: int, entry: Fields, hand_crafted: bool) -> Step:
+def _roster(steps: list[Step], *, simulated_user: bool) -> list[str]:
+    """Magentic-One's team when every agent of the run is one of its members; with a
+    simulated user, every agent and the user. Otherwise none: the agents seen are the team."""
+    agents = [step.agent for step in steps if step.kind is not StepKind.TOOL]
+    if simulated_user:
+        return list(dict.fromkeys(agents))
+    acting = {step.agent for step in steps if step.kind not in _NOT_TEAM}
+    if acting and acting <= set(MAGENTIC_ONE_ROSTER):
+        return list(MAGENTIC_ONE_ROSTER)
+    return []
+
+
+def _who_and_when_step(index: int, entry: Fields, by_role: bool) -> Step:
     content = entry.string("content")
-    role = entry.string("role", non_empty=hand_crafted)
+    role = entry.string("role", non_empty=by_role)
     handoff_to: str | None = None
-    if hand_crafted:
+    if by_role:
         agent, note = _split_role(role)
         if note is not None and note.startswith("->"):
             handoff_to = note[2:].strip()
     else:
         agent = entry.string("name", non_empty=True)
 
-    if handoff_to:
-        kind = StepKind.HANDOFF
-    elif agent in _TERMINAL_AGENTS:
-        kind = StepKind.TOOL
-    elif agent == _HUMAN_AGENT:
-        kind = StepKind.HUMAN
-    else:
-        kind = StepKind.MESSAGE
+    kind = StepKind.HANDOFF if handoff_to else _KIND_BY_NAME.get(agent.casefold(), StepKind.MESSAGE)
     return Step(
         index=index,
         agent=agent,

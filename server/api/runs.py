@@ -139,7 +139,8 @@ class RunController(Controller):
     @post(
         "/{run_id:str}/labels",
         operation_id="labelRun",
-        summary="A human's verdict: the agent and step that caused the failure",
+        summary="A verdict (a person's or an injection's): the agent and step that caused the"
+        " failure",
         status_code=201,
     )
     async def add_label(
@@ -152,6 +153,9 @@ class RunController(Controller):
                 step=data.step,
                 reason=as_stored(data.reason) if data.reason is not None else None,
                 author=as_stored(data.author) if data.author is not None else None,
+                mode=as_stored(data.mode) if data.mode is not None else None,
+                source=data.source,
+                details=data.details,
             )
         except ValueError as exc:
             raise ValidationException(str(exc)) from None

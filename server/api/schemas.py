@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from faultfinder.attributors.model import Attribution, Trajectory
 
@@ -106,13 +107,38 @@ class AttributeIn(BaseModel):
     use_ground_truth: bool | None = None
 
 
+LABEL_DETAILS_MAX_BYTES = 65_536
+"""The largest `details` object a label may carry, as compact JSON."""
+
+
 class LabelIn(BaseModel):
-    """A human's verdict: which agent and which 0-based step caused the failure."""
+    """A verdict: which agent and which 0-based step caused the failure; a person's
+    (`source` `human`) or a controlled failure injection's (`injected`)."""
 
     agent: str = Field(min_length=1, max_length=500)
     step: int = Field(ge=0)
     reason: str | None = Field(default=None, max_length=20_000)
     author: str | None = Field(default=None, max_length=200)
+    mode: str | None = Field(
+        default=None,
+        max_length=50,
+        description="The error mode's code (e.g. R.3 numerical error, A.1 tool arguments).",
+    )
+    source: Literal["human", "injected"] = "human"
+    details: dict[str, Any] | None = Field(
+        default=None,
+        description="An injected label's attempt (original and injected text, model call);"
+        f" at most {LABEL_DETAILS_MAX_BYTES} bytes as JSON.",
+    )
+
+    @field_validator("details")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+            if size > LABEL_DETAILS_MAX_BYTES:
+                raise ValueError(f"is {size} bytes as JSON; at most {LABEL_DETAILS_MAX_BYTES}")
+        return value
 
 
 class LabelOut(LabelIn):

@@ -243,7 +243,8 @@ class JobTable(SQLModel, table=True):
 
 
 class LabelTable(SQLModel, table=True):
-    """A human's verdict on who and when a run failed (the gold for live accuracy)."""
+    """A verdict on who and when a run failed (the gold for live accuracy and training):
+    a person's, or the exact answer of a controlled failure injection."""
 
     __tablename__ = "labels"
     __table_args__ = (
@@ -264,6 +265,16 @@ class LabelTable(SQLModel, table=True):
     reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     author: str | None = Field(default=None, sa_column=Column(String, nullable=True))
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    mode: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    """The error mode's code (INJECTION.md's taxonomy, e.g. `R.3`), when known."""
+    source: str = Field(
+        default="human", sa_column=Column(String, nullable=False, server_default="human")
+    )
+    """`human` or `injected`."""
+    details: dict[str, Any] | None = Field(
+        default=None, sa_column=Column(JSONColumn, nullable=True)
+    )
+    """An injected label's attempt: the original and the injected text, the model call."""
 
 
 class AlarmTable(SQLModel, table=True):

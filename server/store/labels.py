@@ -1,16 +1,17 @@
-"""Human labels: a person's verdict on which agent and step made a run fail (the gold for
-live accuracy)."""
+"""Labels: a person's verdict on which agent and step made a run fail, or the exact answer
+of a controlled failure injection (the gold for live accuracy and for training)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.server.store.rows import UnknownRunError
-from faultfinder.server.store.tables import LABELS, now_ns
+from faultfinder.server.store.tables import LABELS, clean, now_ns
 
 __all__ = ["Label", "LabelStore"]
 
@@ -26,6 +27,9 @@ class Label:
     reason: str | None
     author: str | None
     created_at: int
+    mode: str | None = None
+    source: str = "human"
+    details: dict[str, Any] | None = field(default=None, compare=False)
 
 
 class LabelStore:
@@ -35,7 +39,16 @@ class LabelStore:
         self._engine = engine
 
     async def add(
-        self, run_id: str, *, agent: str, step: int, reason: str | None, author: str | None
+        self,
+        run_id: str,
+        *,
+        agent: str,
+        step: int,
+        reason: str | None,
+        author: str | None,
+        mode: str | None = None,
+        source: str = "human",
+        details: dict[str, Any] | None = None,
     ) -> Label:
         values = {
             "run_id": run_id,
@@ -44,6 +57,9 @@ class LabelStore:
             "reason": reason,
             "author": author,
             "created_at": now_ns(),
+            "mode": mode,
+            "source": source,
+            "details": _storable(details),
         }
         try:
             async with self._engine.begin() as conn:
@@ -66,3 +82,14 @@ class LabelStore:
         async with self._engine.connect() as conn:
             rows = await conn.execute(select(LABELS).order_by(LABELS.c.id))
             return {row.run_id: Label(**row._mapping) for row in rows}
+
+
+def _storable(value: Any) -> Any:
+    """`value` with every string storable (PostgreSQL's JSONB cannot hold NUL either)."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean(str(key)): _storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    return value

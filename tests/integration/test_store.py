@@ -25,7 +25,7 @@ from faultfinder.server.db import models  # noqa: F401  (the tables compared wit
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
-from faultfinder.server.store import InvalidCursorError, SpanStore, UnknownRunError
+from faultfinder.server.store import InvalidCursorError, LabelStore, SpanStore, UnknownRunError
 
 _ids = itertools.count(1)
 SECOND = 1_000_000_000
@@ -433,3 +433,29 @@ async def test_sqlite_connections_use_wal_and_foreign_keys(sqlite_database_url: 
     finally:
         await engine.dispose()
     assert (journal, foreign_keys) == ("wal", 1)
+
+
+async def test_labels_keep_their_source_mode_and_details(store: SpanStore) -> None:
+    """An injected failure's exact label keeps what made it (mode, the injected text), NUL
+    characters included, next to a person's label, on both dialects."""
+    await store.write_spans([span("l1")])
+    labels = LabelStore(store.engine)
+    person = await labels.add(trace_id("l1"), agent="coder", step=0, reason="typo", author="ana")
+    injected = await labels.add(
+        trace_id("l1"),
+        agent="coder",
+        step=0,
+        reason="injected R.3",
+        author=None,
+        mode="R.3",
+        source="injected",
+        details={"original": "522,250", "injected": "225,520\x00", "call": 2, "nested": [{"a": 1}]},
+    )
+    assert (person.source, person.mode, person.details) == ("human", None, None)
+    read = await labels.for_run(trace_id("l1"))
+    assert [label.source for label in read] == ["human", "injected"]
+    assert read[1].mode == "R.3"
+    assert read[1].details == {
+        "original": "522,250", "injected": "225,520\ufffd", "call": 2, "nested": [{"a": 1}],
+    }  # fmt: skip
+    assert (await labels.latest_by_run())[trace_id("l1")].id == injected.id
