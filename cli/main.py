@@ -59,6 +59,10 @@ class LazyGroup(click.Group):
             "faultfinder.benchmarks.dataset_cli:dataset_group",
             "Labelled runs in the generic format: convert datasets, export a sidecar's labels.",
         ),
+        "inject": (
+            "faultfinder.benchmarks.injection.command:inject_group",
+            "Labelled failures from your own successful runs (controlled failure injection).",
+        ),
         "train": (
             "faultfinder.benchmarks.train:train_command",
             "Train the `learned` attributor's step model and write it as JSON.",

@@ -1,0 +1,724 @@
+"""`faultfinder inject run`: labelled failures from a team's own successful runs.
+
+For each task the user's agent program runs once with the replay proxy in front of its
+model and its spans going to a sidecar; a run whose final answer is right is recorded.
+Then, for each recording, injection attempts: the program runs again, its model calls
+before the injection point answered from the recording (a request that differs means
+the prefix diverged: the attempt is discarded), the call at that point answered with a
+flawed reply of one error mode, the rest live. A run that still succeeds "recovered"
+and is discarded; a run that now fails is kept: its outcome is posted to the sidecar,
+the step that shows the flawed reply is found in the sidecar's own trajectory of the
+run, and the run is labelled there (source `injected`, the mode, the injected text) and
+written to `injected.jsonl` in the generic format.
+
+Everything lands in the output folder, one line per finished piece of work, so an
+interrupted run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import random
+import shlex
+import subprocess
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel, dump_record
+from faultfinder.benchmarks.injection.exchanges import Recording, reply_text
+from faultfinder.benchmarks.injection.grading import Grader, final_line
+from faultfinder.benchmarks.injection.injectors import (
+    MODES,
+    Injected,
+    InjectionContext,
+    Injector,
+    LLMInjector,
+    deterministic_injectors,
+    eligible_calls,
+)
+from faultfinder.benchmarks.injection.proxy import ReplayProxy, Session
+from faultfinder.benchmarks.sidecar import SidecarProcess
+
+__all__ = [
+    "AttemptPlan",
+    "HarnessSettings",
+    "InjectionHarness",
+    "Task",
+    "locate_injected_step",
+    "read_lines",
+    "read_tasks",
+]
+
+INJECTED_DATASET = "faultfinder-injected"
+"""`dataset` of the records the harness writes."""
+
+OUTCOMES = ("kept", "recovered", "diverged", "unmapped", "no_run", "not_applicable", "error")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    task: str
+    answer: str
+
+
+def read_tasks(path: Path) -> list[Task]:
+    """A task file: JSON Lines of `{"id", "task", "answer"}` (other fields ignored)."""
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}:{number}: must hold a JSON object")
+        fields = {}
+        for key in ("id", "task", "answer"):
+            value = data.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{path}:{number}: field {key!r} must be a non-empty string")
+            fields[key] = value
+        if fields["id"] in seen:
+            raise ValueError(f"{path}:{number}: task id {fields['id']!r} appears twice")
+        seen.add(fields["id"])
+        tasks.append(Task(**fields))
+    return tasks
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    program: str
+    """The agent program's command line; it reads the task on stdin and prints the final
+    answer as its last line."""
+    framework: str
+    tasks: tuple[Task, ...]
+    out: Path
+    upstream: str
+    """The agents' real model endpoint (OpenAI-compatible, ending in /v1)."""
+    api_key: str = "none"
+    model: str = "local"
+    modes: tuple[str, ...] = tuple(MODES)
+    attempts_per_run: int = 6
+    seed: int = 0
+    timeout_s: float = 900.0
+    grader: Grader = field(default_factory=Grader)
+    sidecar_url: str | None = None
+    """A running sidecar; None starts one on a SQLite file in `out`."""
+    sidecar_api_key: str | None = None
+    llm_injector: bool = True
+    """Plant the modes no deterministic injector makes by asking the model."""
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    task_id: str
+    call: int
+    mode: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.task_id}:{self.call}:{self.mode}"
+
+
+@dataclass
+class _Invocation:
+    returncode: int | None
+    final: str
+    stderr: str
+    run_id: str | None
+    other_runs: list[str]
+    seconds: float
+
+
+class _Sidecar:
+    """The sidecar's HTTP API as the harness uses it."""
+
+    def __init__(self, url: str, api_key: str | None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=60)
+
+    def run_ids_since(self, since: float) -> dict[str, int]:
+        """Runs started at/after `since` (Unix seconds) → their span counts."""
+        found: dict[str, int] = {}
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"since": since, "limit": 500}
+            if cursor:
+                params["cursor"] = cursor
+            page = self.http.get("/api/runs", params=params)
+            page.raise_for_status()
+            body = page.json()
+            found.update({item["id"]: int(item["n_spans"]) for item in body["items"]})
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return found
+
+    def post_outcome(
+        self, run_id: str, *, success: bool, answer: str, final: str, reason: str
+    ) -> None:
+        answer_ = self.http.post(
+            f"/api/runs/{run_id}/outcome",
+            json={
+                "outcome": "success" if success else "failure",
+                "ground_truth": answer,
+                "final_answer": final,
+                "reason": reason,
+            },
+        )
+        answer_.raise_for_status()
+
+    def trajectory(self, run_id: str) -> Trajectory:
+        answer = self.http.get(f"/api/runs/{run_id}")
+        answer.raise_for_status()
+        return Trajectory.model_validate(answer.json()["trajectory"])
+
+    def label(self, run_id: str, body: Mapping[str, Any]) -> None:
+        answer = self.http.post(f"/api/runs/{run_id}/labels", json=dict(body))
+        answer.raise_for_status()
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _append(path: Path, item: Mapping[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(item, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill; its work is redone
+    return out
+
+
+class InjectionHarness:
+    """Records successful runs, then runs injection attempts (see the module docstring)."""
+
+    def __init__(self, settings: HarnessSettings) -> None:
+        self.settings = settings
+        out = settings.out
+        self.recordings_dir = out / "recordings"
+        self.originals_path = out / "originals.jsonl"
+        self.attempts_path = out / "attempts.jsonl"
+        self.injected_path = out / "injected.jsonl"
+        self.summary_path = out / "summary.json"
+        self._known_runs: set[str] = set()
+        self._sidecar: _Sidecar | None = None
+        self._proxy: ReplayProxy | None = None
+
+    # Set-up -------------------------------------------------------------------------
+
+    @contextmanager
+    def running(self) -> Iterator[InjectionHarness]:
+        """The proxy and the sidecar (started here unless one was given), for the block."""
+        settings = self.settings
+        settings.out.mkdir(parents=True, exist_ok=True)
+        self.recordings_dir.mkdir(exist_ok=True)
+        with ExitStack() as stack:
+            url = settings.sidecar_url
+            if url is None:
+                database = settings.out / "sidecar.db"
+                sidecar = SidecarProcess(
+                    f"sqlite+aiosqlite:///{database}",
+                    settings.out,
+                    env={"FAULTFINDER_LOG_LEVEL": "WARNING"},
+                )
+                stack.enter_context(sidecar)
+                url = sidecar.url
+            self._sidecar = _Sidecar(url, settings.sidecar_api_key)
+            stack.callback(self._sidecar.close)
+            self._known_runs = set(self._sidecar.run_ids_since(0))
+            self._proxy = stack.enter_context(
+                ReplayProxy(settings.upstream, api_key=settings.api_key).serve()
+            )
+            yield self
+
+    @property
+    def sidecar(self) -> _Sidecar:
+        if self._sidecar is None:
+            raise RuntimeError("use `with harness.running():`")
+        return self._sidecar
+
+    @property
+    def proxy(self) -> ReplayProxy:
+        if self._proxy is None:
+            raise RuntimeError("use `with harness.running():`")
+        return self._proxy
+
+    # One invocation -----------------------------------------------------------------
+
+    def _invoke(self, session: Session, task: Task) -> _Invocation:
+        settings = self.settings
+        sidecar = self.sidecar.url
+        resource = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+        project = f"faultfinder.project.name=inject-{settings.framework}"
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": self.proxy.base_url(session),
+            "OPENAI_API_KEY": settings.api_key,
+            "FAULTFINDER_AGENT_MODEL": settings.model,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": sidecar,
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{sidecar}/v1/traces",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_RESOURCE_ATTRIBUTES": f"{resource},{project}" if resource else project,
+        }
+        if settings.sidecar_api_key:
+            env["OTEL_EXPORTER_OTLP_HEADERS"] = f"Authorization=Bearer {settings.sidecar_api_key}"
+        started = time.time()
+        try:
+            done = subprocess.run(
+                shlex.split(settings.program),
+                input=task.task,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=settings.timeout_s,
+                check=False,
+            )
+            returncode: int | None = done.returncode
+            stdout, stderr = done.stdout, done.stderr
+        except subprocess.TimeoutExpired as exc:
+            returncode = None
+            stdout = exc.stdout if isinstance(exc.stdout, str) else ""
+            stderr = f"timed out after {settings.timeout_s:g} s"
+        seconds = time.time() - started
+        run_id, others = self._new_run(started)
+        final = final_line(stdout) if returncode == 0 else ""
+        return _Invocation(returncode, final, stderr[-4000:], run_id, others, seconds)
+
+    def _new_run(self, started: float) -> tuple[str | None, list[str]]:
+        """The run the invocation produced (the one with the most spans if it made several)."""
+        deadline = time.monotonic() + 15
+        while True:
+            runs = self.sidecar.run_ids_since(started - 5)
+            new = {run: spans for run, spans in runs.items() if run not in self._known_runs}
+            if new or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+        self._known_runs.update(new)
+        if not new:
+            return None, []
+        ordered = sorted(new, key=lambda run: -new[run])
+        return ordered[0], ordered[1:]
+
+    # Phase 1: record ----------------------------------------------------------------
+
+    def record(self, on_done: Callable[[Task, str], None] | None = None) -> None:
+        """Run every task not yet run once, keeping the successful runs' recordings."""
+        done = {item["task_id"] for item in read_lines(self.originals_path)}
+        for task in self.settings.tasks:
+            if task.id in done:
+                continue
+            outcome = self._record_one(task)
+            if on_done is not None:
+                on_done(task, outcome)
+
+    def _record_one(self, task: Task) -> str:
+        session = self.proxy.record()
+        try:
+            invocation = self._invoke(session, task)
+        finally:
+            self.proxy.close_session(session)
+        success = invocation.returncode == 0 and self.settings.grader.correct(
+            task.task, task.answer, invocation.final
+        )
+        outcome = "success" if success else ("crash" if invocation.returncode != 0 else "wrong")
+        line: dict[str, Any] = {
+            "task_id": task.id,
+            "outcome": outcome,
+            "final_answer": invocation.final,
+            "run_id": invocation.run_id,
+            "calls": len(session.calls),
+            "seconds": round(invocation.seconds, 1),
+        }
+        if invocation.returncode != 0:
+            line["stderr"] = invocation.stderr[-1000:]
+        trajectory = None
+        if invocation.run_id is not None:
+            self.sidecar.post_outcome(
+                invocation.run_id,
+                success=success,
+                answer=task.answer,
+                final=invocation.final,
+                reason="recorded run" if success else f"recorded run: {outcome}",
+            )
+            trajectory = self.sidecar.trajectory(invocation.run_id)
+        if success and invocation.run_id is not None and trajectory is not None:
+            recording = session.as_recording(
+                task_id=task.id,
+                framework=self.settings.framework,
+                run_id=invocation.run_id,
+                final_answer=invocation.final,
+                trajectory=trajectory.model_dump(mode="json"),
+            )
+            recording.save(self.recordings_dir / f"{_safe(task.id)}.json")
+        elif success:
+            line["outcome"] = "no_run"
+        _append(self.originals_path, line)
+        return str(line["outcome"])
+
+    # Phase 2: inject ----------------------------------------------------------------
+
+    def injectors(self) -> dict[str, Injector]:
+        chosen: dict[str, Injector] = {}
+        for injector in deterministic_injectors():
+            if injector.mode in self.settings.modes:
+                chosen[injector.mode] = injector
+        if self.settings.llm_injector:
+            from faultfinder.benchmarks.injection.injectors import LLM_MODES
+
+            for mode in LLM_MODES:
+                if mode in self.settings.modes and mode not in chosen:
+                    chosen[mode] = LLMInjector(mode, self._complete)
+        return chosen
+
+    def _complete(self, system: str, user: str) -> str:
+        settings = self.settings
+        answer = httpx.post(
+            f"{settings.upstream.rstrip('/')}/chat/completions",
+            headers={"Authorization": f"Bearer {settings.api_key}"},
+            json={
+                "model": settings.model,
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": user},
+                ],
+                "temperature": 0.7,
+                "max_tokens": 400,
+            },
+            timeout=600,
+        )
+        answer.raise_for_status()
+        return reply_text(answer.json())
+
+    def plan(self) -> list[AttemptPlan]:
+        """Attempts for every recording: up to `attempts_per_run` (call, mode) pairs where
+        the mode can be planted, spread over the modes, seeded by the task."""
+        injectors = self.injectors()
+        plans: list[AttemptPlan] = []
+        for task in self.settings.tasks:
+            path = self.recordings_dir / f"{_safe(task.id)}.json"
+            if not path.exists():
+                continue
+            recording = Recording.load(path)
+            replies = [exchange.reply for exchange in recording.exchanges]
+            rng = random.Random(f"{self.settings.seed}:{task.id}")
+            by_mode: dict[str, list[int]] = defaultdict(list)
+            for call in eligible_calls(replies):
+                context = self._context(task, recording, call, random.Random(0))
+                for mode, injector in injectors.items():
+                    if isinstance(injector, LLMInjector):
+                        applicable = bool(reply_text(replies[call]).strip()) and not replies[
+                            call
+                        ].get("choices", [{}])[0].get("message", {}).get("tool_calls")
+                    else:
+                        applicable = injector(context) is not None
+                    if applicable:
+                        by_mode[mode].append(call)
+            modes = [mode for mode in injectors if by_mode[mode]]
+            rng.shuffle(modes)
+            chosen: list[AttemptPlan] = []
+            used: set[tuple[int, str]] = set()
+            while len(chosen) < self.settings.attempts_per_run and modes:
+                for mode in list(modes):
+                    free = [call for call in by_mode[mode] if (call, mode) not in used]
+                    if not free:
+                        modes.remove(mode)
+                        continue
+                    call = rng.choice(free)
+                    used.add((call, mode))
+                    chosen.append(AttemptPlan(task.id, call, mode))
+                    if len(chosen) >= self.settings.attempts_per_run:
+                        break
+            plans.extend(sorted(chosen, key=lambda p: (p.call, p.mode)))
+        return plans
+
+    def _context(
+        self, task: Task, recording: Recording, call: int, rng: random.Random
+    ) -> InjectionContext:
+        exchange = recording.exchanges[call]
+        return InjectionContext(task.task, task.answer, exchange.request, exchange.reply, rng)
+
+    def finished_attempts(self) -> dict[str, dict[str, Any]]:
+        return {item["key"]: item for item in read_lines(self.attempts_path)}
+
+    def inject(
+        self,
+        plans: Sequence[AttemptPlan],
+        on_done: Callable[[AttemptPlan, str], None] | None = None,
+    ) -> None:
+        done = self.finished_attempts()
+        tasks = {task.id: task for task in self.settings.tasks}
+        injectors = self.injectors()
+        for plan in plans:
+            if plan.key in done:
+                continue
+            outcome = self._attempt(tasks[plan.task_id], plan, injectors[plan.mode])
+            if on_done is not None:
+                on_done(plan, outcome)
+
+    def _attempt(self, task: Task, plan: AttemptPlan, injector: Injector) -> str:
+        recording = Recording.load(self.recordings_dir / f"{_safe(task.id)}.json")
+        rng = random.Random(f"{self.settings.seed}:{plan.key}")
+        line: dict[str, Any] = {
+            "key": plan.key,
+            "task_id": task.id,
+            "call": plan.call,
+            "mode": plan.mode,
+            "framework": self.settings.framework,
+            "injector": injector.name,
+        }
+        try:
+            injected = injector(self._context(task, recording, plan.call, rng))
+        except httpx.HTTPError as exc:
+            line.update(outcome="error", error=f"the injector's model call failed: {exc!r}")
+            _append(self.attempts_path, line)
+            return "error"
+        if injected is None:
+            line["outcome"] = "not_applicable"
+            _append(self.attempts_path, line)
+            return "not_applicable"
+        line.update(original=injected.original, injected=injected.injected, how=injected.how)
+        session = self.proxy.inject(recording, plan.call, injected.reply)
+        try:
+            invocation = self._invoke(session, task)
+        finally:
+            self.proxy.close_session(session)
+        line.update(
+            run_id=invocation.run_id,
+            returncode=invocation.returncode,
+            final_answer=invocation.final,
+            calls=len(session.calls),
+            live_calls=sum(1 for call in session.calls if call.source == "model"),
+            seconds=round(invocation.seconds, 1),
+        )
+        outcome = self._judge(task, plan, recording, session, invocation, injected, line)
+        line["outcome"] = outcome
+        _append(self.attempts_path, line)
+        return outcome
+
+    def _judge(
+        self,
+        task: Task,
+        plan: AttemptPlan,
+        recording: Recording,
+        session: Session,
+        invocation: _Invocation,
+        injected: Injected,
+        line: dict[str, Any],
+    ) -> str:
+        if session.diverged_at is not None or not session.injected:
+            line["diverged_at"] = session.diverged_at
+            if invocation.run_id is not None:
+                self.sidecar.post_outcome(
+                    invocation.run_id,
+                    success=False,
+                    answer=task.answer,
+                    final=invocation.final,
+                    reason="injection attempt discarded: the replayed prefix diverged",
+                )
+            return "diverged"
+        if invocation.run_id is None:
+            return "no_run"
+        crashed = invocation.returncode != 0
+        correct = not crashed and self.settings.grader.correct(
+            task.task, task.answer, invocation.final
+        )
+        reason = f"injected {plan.mode} at model call {plan.call}: {injected.how}" + (
+            "; the program then crashed" if crashed else ""
+        )
+        self.sidecar.post_outcome(
+            invocation.run_id,
+            success=correct,
+            answer=task.answer,
+            final=invocation.final,
+            reason=("recovered: " + reason) if correct else reason,
+        )
+        if correct:
+            return "recovered"
+        trajectory = self.sidecar.trajectory(invocation.run_id)
+        original = Trajectory.model_validate(recording.info["trajectory"])
+        found = locate_injected_step(trajectory, original, injected)
+        line["first_difference"] = found.first_difference
+        if found.step is None:
+            line["unmapped"] = found.why
+            return "unmapped"
+        step = trajectory.steps[found.step]
+        details = {
+            "mode": plan.mode,
+            "model_call": plan.call,
+            "injector": injected.injector,
+            "how": injected.how,
+            "original": injected.original,
+            "injected": injected.injected,
+            "task_id": task.id,
+            "framework": self.settings.framework,
+            "crashed": crashed,
+            "recorded_run": recording.info.get("run_id"),
+        }
+        label = {
+            "agent": step.agent,
+            "step": found.step,
+            "reason": reason,
+            "author": "faultfinder inject",
+            "mode": plan.mode,
+            "source": "injected",
+            "details": details,
+        }
+        self.sidecar.label(invocation.run_id, label)
+        record = BenchmarkRecord(
+            dataset=INJECTED_DATASET,
+            subset=self.settings.framework,
+            record_id=f"{self.settings.framework}/{plan.key}",
+            trajectory=trajectory.model_copy(
+                update={
+                    "metadata": {**trajectory.metadata, "framework": self.settings.framework},
+                    "ground_truth": task.answer,
+                    "final_answer": invocation.final or trajectory.final_answer,
+                }
+            ),
+            gold=GoldLabel(
+                agent=step.agent, step=found.step, reason=reason, mode=plan.mode, source="injected"
+            ),
+            details=details,
+        )
+        with self.injected_path.open("a", encoding="utf-8") as handle:
+            handle.write(dump_record(record) + "\n")
+        line["label_step"] = found.step
+        line["label_agent"] = step.agent
+        return "kept"
+
+    # Figures ------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """Counts like the paper's: per mode, attempts, diverged, recovered, kept."""
+        originals = read_lines(self.originals_path)
+        attempts = list(self.finished_attempts().values())
+        per_mode: dict[str, Counter[str]] = defaultdict(Counter)
+        for item in attempts:
+            per_mode[item["mode"]][item["outcome"]] += 1
+        tried = [a for a in attempts if a["outcome"] not in ("not_applicable", "error")]
+        replayed = [a for a in tried if a["outcome"] != "no_run"]
+        summary = {
+            "framework": self.settings.framework,
+            "tasks": len(self.settings.tasks),
+            "originals": dict(Counter(item["outcome"] for item in originals)),
+            "attempts": len(tried),
+            "outcomes": dict(Counter(a["outcome"] for a in attempts)),
+            "prefix_replay": {
+                "replayed": len(replayed),
+                "matched": sum(1 for a in replayed if a["outcome"] != "diverged"),
+            },
+            "per_mode": {
+                mode: {
+                    "attempts": sum(
+                        v for k, v in counts.items() if k not in ("not_applicable", "error")
+                    ),
+                    **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+                }
+                for mode, counts in sorted(per_mode.items())
+            },
+        }
+        self.summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+@dataclass(frozen=True)
+class LocatedStep:
+    step: int | None
+    first_difference: int | None
+    why: str = ""
+
+
+def _signature(step: Step) -> str:
+    return " ".join(
+        part
+        for part in (step.agent, step.kind.value, step.content, step.tool_arguments or "")
+        if part
+    )
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def locate_injected_step(run: Trajectory, recorded: Trajectory, injected: Injected) -> LocatedStep:
+    """The step of `run` that shows the flawed reply.
+
+    The replayed prefix makes `run` and the recorded successful run identical up to the
+    first step the flaw changed; from there on, the first agent step whose text holds what
+    the injector wrote (the whole flawed text, else the part it changed) is the step.
+    """
+    first = next(
+        (
+            index
+            for index, (a, b) in enumerate(zip(run.steps, recorded.steps, strict=False))
+            if _signature(a) != _signature(b)
+        ),
+        min(len(run.steps), len(recorded.steps)),
+    )
+    if first >= len(run.steps):
+        return LocatedStep(None, first, "the run's steps equal the recorded run's")
+    whole = _normal(injected.injected)
+    fragments = [
+        whole,
+        *(_normal(part) for part in _changed_parts(injected.original, injected.injected)),
+    ]
+    for fragment in fragments:
+        if not fragment:
+            continue
+        for index in range(first, len(run.steps)):
+            step = run.steps[index]
+            if step.kind in (StepKind.HUMAN, StepKind.SYSTEM, StepKind.TOOL):
+                continue
+            text = _normal(" ".join((step.content, step.tool_arguments or "")))
+            if fragment in text or (len(text) > 40 and text in whole):
+                return LocatedStep(index, first)
+    return LocatedStep(None, first, "no step after the recorded prefix shows the flawed reply")
+
+
+_PUNCTUATION = " \t\n,.;:'\"{}()[]"
+
+
+def _changed_parts(original: str, injected: str) -> list[str]:
+    """The runs of words of `injected` that are not in `original` (longest first; a
+    number or a name changed is one such run)."""
+    old, new = original.split(), injected.split()
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    parts = []
+    for tag, _, _, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "insert"):
+            part = " ".join(new[j1:j2]).strip(_PUNCTUATION)
+            if len(part) >= 2:
+                parts.append(part)
+    return sorted(parts, key=len, reverse=True)
+
+
+def _safe(task_id: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in task_id)
