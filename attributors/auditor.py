@@ -1,8 +1,11 @@
 """Online auditor: score each new step of a still-running trajectory and alarm at a likely culprit.
 
 Uses the learned model's prefix-only scorer (features of step i depend on steps 0..i
-only) and the alarm threshold chosen on training data. Pure and incremental: each
-call scores only the steps that arrived since the previous call for that run.
+only) and the alarm threshold chosen on training data. A step is alarmed on only when it
+shows evidence of an error itself (`features.shows_evidence`: an error, a figure or name
+nothing observed supports, a contradiction, invented data, giving up, repetition): a
+score that is high for where a step sits is no alarm. Pure and incremental: each call
+scores only the steps that arrived since the previous call for that run.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from faultfinder.attributors.learned import (
     default_model,
     trajectory_group,
 )
-from faultfinder.attributors.learned.features import PrefixScanner
+from faultfinder.attributors.learned.evidence import step_evidence
+from faultfinder.attributors.learned.features import PrefixScanner, RunFeatures, shows_evidence
 from faultfinder.attributors.model import Step, Trajectory
 
 __all__ = ["Alarm", "Auditor"]
@@ -105,7 +109,12 @@ class Auditor:
             index = step.index
             score = self.model.scorer.score(state.scanner.prefix_row(index))
             state.scores.append(score)
-            if raised is None and score > threshold and can_be_blamed(step):
+            if (
+                raised is None
+                and score > threshold
+                and can_be_blamed(step)
+                and shows_evidence(state.scanner.rows[index])
+            ):
                 if self.alarm_once and state.alarm is not None:
                     continue
                 raised = Alarm(
@@ -123,10 +132,18 @@ class Auditor:
     def _reason(self, state: _RunState, index: int, score: float, threshold: float) -> str:
         rows = [state.scanner.prefix_row(i) for i in range(index + 1)]
         mask = blameable(state.steps[: index + 1])
-        evidence = self.model.explain(rows, index, mask)
+        explained = self.model.explain(rows, index, mask)
         reason = f"prefix score {score:.2f} above the alarm threshold {threshold:.2f}"
-        if evidence:
-            reason += "; what sets it apart so far: " + "; ".join(e["text"] for e in evidence)
+        shown = step_evidence(
+            Trajectory(
+                run_id="prefix", task=state.scanner.task, steps=tuple(state.steps[: index + 1])
+            ),
+            RunFeatures(rows=rows, named=state.scanner.rows, scanner=state.scanner),
+        )[index]
+        if shown:
+            reason += f"; {shown[0].text}"
+        if explained:
+            reason += "; what sets it apart so far: " + "; ".join(e["text"] for e in explained)
         elif sum(mask) <= 1:
             reason += "; no earlier step to compare it with"
         return reason

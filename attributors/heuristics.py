@@ -22,6 +22,7 @@ from faultfinder.attributors.model import (
     Trajectory,
     normalise_agent,
 )
+from faultfinder.attributors.provenance import Provenance
 
 __all__ = [
     "ErrorSignal",
@@ -237,6 +238,43 @@ def _responsible_step(steps: Sequence[Step], own: Sequence[bool], index: int) ->
     return call
 
 
+def _without_error(trajectory: Trajectory, first_acting: int) -> tuple[int, str, float, str]:
+    """When no step shows an error: the first agent step that contradicts the report it
+    answers, else the first that states a figure nothing observed supports (provenance);
+    else, said plainly to be a guess, the first acting step. (step, reason, confidence,
+    rule)"""
+    provenance = Provenance(trajectory.task)
+    made_up: tuple[int, str] | None = None
+    for step in trajectory.steps:
+        values = provenance.push(step, is_acting_step(step))
+        if values.contradicts:
+            figures = ", ".join(values.unsupported[:3])
+            reported = ", ".join(values.answered_figures[:3])
+            return (
+                step.index,
+                f"no step shows an error, but {step.agent} stated {figures} right after"
+                f" {values.answered} returned {reported}",
+                0.35,
+                "contradicts-report",
+            )
+        if values.introduced and made_up is None:
+            figures = ", ".join(values.introduced[:3])
+            made_up = (
+                step.index,
+                f"no step shows an error, but {step.agent} stated {figures}, which no earlier"
+                " tool output, user message or the task supports",
+            )
+    if made_up is not None:
+        return made_up[0], made_up[1], 0.25, "unsupported-figure"
+    return (
+        first_acting,
+        "a guess: no step shows an error or a figure without support; blaming the first"
+        " acting step",
+        0.05,
+        "fallback-first-acting-step",
+    )
+
+
 @register("first_error")
 class FirstError:
     """Blame the first step whose content shows an error, moved back to the acting agent.
@@ -251,13 +289,16 @@ class FirstError:
     * If that step is output of a tool, terminal or human, the blame moves to the
       nearest earlier acting step (message/LLM/handoff of a non-tool agent). Signals
       before the first acting step have no one to blame and are skipped.
-    * Fallback when no step shows an error: the first acting step, in keeping with
-      the method's premise that the decisive error is the earliest one.
+    * When no step shows an error, the evidence of figures (`provenance`): the first
+      agent step that answers a tool's report with a figure of its own, repeating none of
+      the report's; else the first that states a figure no observation supports. Only
+      when there is none either, the first acting step, and the reason says it is a guess.
 
     Candidates are every acting step, ranked in three bands: the blamed step
     (0.7-1.0), other acting steps answerable for an error signal (0.3-0.7, by
     strength), acting steps with no signal (0-0.3, earlier first). Confidence is
-    the signal strength halved — the rule is uncalibrated — and 0.1 for the fallback.
+    the signal strength halved — the rule is uncalibrated —, 0.35 / 0.25 for the figure evidence
+    and 0.05 for the guess.
     """
 
     name = "first_error"
@@ -295,10 +336,7 @@ class FirstError:
             confidence = 0.5 * signal.strength
             rule = "first-error"
         else:
-            blamed = acting[0]
-            reason = "no step shows an error; blaming the first acting step"
-            confidence = 0.1
-            rule = "fallback-first-acting-step"
+            blamed, reason, confidence, rule = _without_error(trajectory, acting[0])
 
         candidates = self._rank(trajectory, acting, answerable, blamed)
         return Attribution(
@@ -333,7 +371,7 @@ class FirstError:
                     evidence += f": {signal.excerpt}"
             else:
                 score = 0.7 + 0.3 * 1.0 if index == blamed else 0.3 * (1.0 - index / n)
-                evidence = "fallback: first acting step" if index == blamed else ""
+                evidence = "no error signal" if index == blamed else ""
             scored.append(
                 Candidate(step=index, agent=agent, score=round(score, 6), evidence=evidence)
             )

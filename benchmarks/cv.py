@@ -10,6 +10,7 @@ never reported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -74,9 +75,16 @@ class CVSettings:
     inner_folds: int = 3
     alphas: tuple[float, ...] = (0.1, 0.2)
     tolerances: tuple[int, ...] = DEFAULT_TOLERANCES
+    group_by: str = "task"
+    """`task`: k folds, a task's runs together; `framework`: one fold per framework (each
+    framework held out whole, the others trained on)."""
+    also_trained_on: str | None = None
+    """What every fold also trained on (never scored), for the summary."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "group_by": self.group_by,
+            "also_trained_on": self.also_trained_on,
             "folds": self.folds,
             "seeds": list(self.seeds),
             "use_ground_truth": self.use_ground_truth,
@@ -115,8 +123,28 @@ class FoldOutcome:
     chosen: dict[str, Any] = field(default_factory=dict)
 
 
-def fold_plan(records: Sequence[BenchmarkRecord], k: int, seed: int) -> list[list[int]]:
-    """The outer folds (record positions) for one seed: disjoint, covering every record."""
+GROUPINGS = ("task", "framework")
+
+
+def framework_of(record: BenchmarkRecord) -> str:
+    """The framework a record's run came from (its subset when the run names none)."""
+    framework = record.trajectory.metadata.get("framework")
+    return framework if isinstance(framework, str) and framework else record.subset
+
+
+def fold_plan(
+    records: Sequence[BenchmarkRecord], k: int, seed: int, group_by: str = "task"
+) -> list[list[int]]:
+    """The outer folds (record positions) for one seed: disjoint, covering every record.
+    By `task`, k folds with a task's runs together; by `framework`, one fold per
+    framework, in name order (k and the seed do not apply)."""
+    if group_by == "framework":
+        by_framework: dict[str, list[int]] = {}
+        for position, record in enumerate(records):
+            by_framework.setdefault(framework_of(record), []).append(position)
+        return [by_framework[name] for name in sorted(by_framework)]
+    if group_by != "task":
+        raise ValueError(f"group_by must be one of {GROUPINGS}, got {group_by!r}")
     folds: list[list[int]] = record_folds(records, k, seed)
     return folds
 
@@ -159,7 +187,7 @@ def _held_out(
         alarm_step = first_alarm(
             [float(v) for v in batch_scores(auditor.scorer, prefix.rows)],
             threshold,
-            prefix.blameable,
+            prefix.alarmable or prefix.blameable,
         )
         if alarm_step is not None:
             alarm_agent = answerable_agents(trajectory.steps)[alarm_step]
@@ -181,6 +209,7 @@ def cross_validate(
     settings: CVSettings = CVSettings(),
     *,
     on_fold: Callable[[FoldOutcome], None] | None = None,
+    also_train_on: Sequence[BenchmarkRecord] = (),
 ) -> dict[str, Any]:
     """Run the k-fold CV for every seed and return the summary (JSON-ready).
 
@@ -201,9 +230,10 @@ def cross_validate(
     folds_done: list[FoldOutcome] = []
     for seed in settings.seeds:
         outcomes: list[HeldOutRecord] = []
-        for fold, test_positions in enumerate(fold_plan(records, settings.folds, seed)):
+        plan = fold_plan(records, settings.folds, seed, settings.group_by)
+        for fold, test_positions in enumerate(plan):
             test = set(test_positions)
-            train = [r for i, r in enumerate(records) if i not in test]
+            train = [r for i, r in enumerate(records) if i not in test] + list(also_train_on)
             training = TrainingOptions(
                 grid=settings.grid,
                 inner_folds=settings.inner_folds,
@@ -412,11 +442,10 @@ def cross_validate_command(
     records: Sequence[BenchmarkRecord],
     *,
     attributor: str,
-    folds: int,
-    seeds: tuple[int, ...],
-    use_ground_truth: bool,
+    settings: CVSettings,
     out_dir: Path,
     as_json: bool,
+    also_train_on: Sequence[BenchmarkRecord] = (),
 ) -> None:
     """`faultfinder bench run --cv K`: run the CV with progress, write summary.json and
     report.md to `out_dir`, print the table (or the JSON)."""
@@ -426,19 +455,32 @@ def cross_validate_command(
             f"is trainable, not {attributor!r}"
         )
     require_training_packages()
-    if len(records) < folds:
+    folds, seeds = settings.folds, settings.seeds
+    if settings.group_by == "framework":
+        folds = len({framework_of(record) for record in records})
+        settings = dataclasses.replace(settings, folds=folds)
+        if folds < 2 and not also_train_on:
+            raise click.BadParameter(
+                "--group-by framework needs records of two frameworks or more (or --train-also)",
+                param_hint="'--group-by'",
+            )
+    elif len(records) < folds:
         raise click.BadParameter(
             f"{folds} folds need at least {folds} records, got {len(records)}",
             param_hint="'--cv'",
         )
-    settings = CVSettings(folds=folds, seeds=seeds, use_ground_truth=use_ground_truth)
     stderr = Console(stderr=True)
     progress = attribution_progress(stderr)
     with progress:
         task = progress.add_task(
             f"{attributor}: {folds}-fold CV × {len(seeds)} seeds", total=folds * len(seeds)
         )
-        summary = cross_validate(records, settings, on_fold=lambda _: progress.advance(task))
+        summary = cross_validate(
+            records,
+            settings,
+            on_fold=lambda _: progress.advance(task),
+            also_train_on=also_train_on,
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     summary["out_dir"] = str(out_dir)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

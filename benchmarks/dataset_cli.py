@@ -33,7 +33,10 @@ __all__ = ["dataset_group"]
 
 @click.group("dataset")
 def dataset_group() -> None:
-    """Labelled runs in the generic labelled-trajectory format (JSON Lines)."""
+    """Labelled runs in the generic format: convert datasets, export a sidecar's labels.
+
+    The format is JSON Lines of faultfinder's own trajectories with explicit step roles
+    and the label (docs/datasets.md)."""
 
 
 def _write(records: Iterable[BenchmarkRecord], out: Path | None, total: int | None) -> int:

@@ -69,7 +69,8 @@ class LazyGroup(click.Group):
         ),
         "llm": (
             "faultfinder.cli.llm:llm_group",
-            "A local model for the LLM attributors (llama-cpp-python, models from PyPI wheels).",
+            "A local model for the LLM attributors and agents"
+            " (llama.cpp, models from PyPI wheels).",
         ),
     },
 )

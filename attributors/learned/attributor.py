@@ -18,7 +18,8 @@ from faultfinder.attributors.learned.blame import (
     blameable,
     softmax,
 )
-from faultfinder.attributors.learned.features import step_features
+from faultfinder.attributors.learned.evidence import STRONG, Evidence, step_evidence, strongest
+from faultfinder.attributors.learned.features import run_features
 from faultfinder.attributors.learned.step_model import (
     AgentRule,
     StepModel,
@@ -71,15 +72,19 @@ class LearnedAttributor:
         group = trajectory_group(trajectory)
         model = self.model.for_group(group)
         use_gt = options.use_ground_truth and trajectory.ground_truth is not None
-        rows = step_features(trajectory, use_ground_truth=use_gt, prefix_only=model.prefix_only)
+        features = run_features(trajectory, use_ground_truth=use_gt, prefix_only=model.prefix_only)
+        rows = features.rows
         scores = model.score_rows(rows)
-        mask = blameable(trajectory.steps)
+        mask = blameable(trajectory.steps, trajectory.declared_roster)
         probabilities = model.distribution(scores, mask)
         steps = trajectory.steps
         ranked = sorted(range(len(steps)), key=lambda i: (-probabilities[i], i))
         order = [i for i in ranked if mask[i]]
+        evidence = step_evidence(trajectory, features)
+        explained = model.explain(rows, order[0], mask)
+        order, overruled = _evidence_first(order, evidence, explained)
         top = order[0]
-        answerable = answerable_agents(steps)
+        answerable = answerable_agents(steps, trajectory.declared_roster)
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
         # model's temperature only shapes the step distribution for the conformal set.
         mass = agent_scores(answerable, softmax(scores, 1.0, mask))
@@ -92,11 +97,17 @@ class LearnedAttributor:
                 step=i,
                 agent=answerable[i],
                 score=round(probabilities[i], 6),
-                evidence=f"model score {scores[i]:.3f}",
+                evidence="; ".join(item.text for item in evidence[i][:2])
+                or f"model score {scores[i]:.3f}",
             )
             for i in order[:_CANDIDATES_KEPT]
         )
-        evidence = model.explain(rows, top, mask)
+        if overruled is not None:
+            explained = model.explain(rows, top, mask)
+        guess = not any(evidence[i] for i in order)
+        confidence = min(1.0, max(0.0, probabilities[top]))
+        if guess:
+            confidence = min(confidence, 0.1)
         alpha = options.extra.get("alpha", 0.1)
         prediction_set = None
         conformal = self.model.conformal
@@ -106,8 +117,8 @@ class LearnedAttributor:
             method=self.name,
             agent=agent,
             step=top,
-            reason=_reason(top, probabilities[top], len(steps), evidence),
-            confidence=min(1.0, max(0.0, probabilities[top])),
+            reason=_reason(top, steps[top].agent, evidence[top], guess, explained),
+            confidence=confidence,
             candidates=candidates,
             prediction_set=prediction_set,
             used_ground_truth=use_gt,
@@ -122,14 +133,70 @@ class LearnedAttributor:
                 "agent_rule": model.agent_rule,
                 "model_group": group if model is not self.model else None,
                 "agent_mass": {name: round(value, 6) for name, value in mass.items()},
-                "evidence": evidence,
+                "evidence": explained,
+                "why": [item.text for item in evidence[top]],
+                "guess": guess,
+                "overruled_step": overruled,
                 "step_probabilities": [round(p, 6) for p in probabilities],
             },
         )
 
 
-def _reason(top: int, probability: float, n: int, evidence: Sequence[Mapping[str, Any]]) -> str:
-    reason = f"highest model score at step {top} (p={probability:.2f} over {n} steps)"
+_POSITIONAL = frozenset({
+    "position", "log_position", "relative_position", "log_steps_total", "log_steps_to_end",
+    "is_acting", "kind_message", "kind_tool", "kind_handoff", "kind_human", "kind_other",
+    "acting_rank", "is_first_acting", "agent_turn", "agent_first_turn", "agent_last_turn",
+    "agents_before", "agent_is_first_speaker", "agent_share", "agent_acting_turns",
+})  # fmt: skip
+"""Features that say where a step sits in the run and whose turn it is, not what it shows."""
+
+
+def _positional(explained: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether what sets the top step apart is only its place in the run (or nothing)."""
+    names = (str(item["feature"]) for item in explained)
+    return all(name.removesuffix("_max_before").removesuffix("_max_after") in _POSITIONAL
+               for name in names)  # fmt: skip
+
+
+def _evidence_first(
+    order: list[int],
+    evidence: Sequence[Sequence[Evidence]],
+    explained: Sequence[Mapping[str, Any]],
+) -> tuple[list[int], int | None]:
+    """The ranking with evidence first: when the top step carries no evidence and leads
+    only by its place in the run (`explained`, the features that set it apart, are all
+    positional), while another blameable step carries strong evidence, the best-ranked
+    such step leads (the former leader is returned as overruled). A positional habit of
+    the model may break ties, never outvote evidence; a lead the model learned from what
+    steps show (a team's own labels) stands."""
+    top = order[0]
+    if evidence[top] or not _positional(explained):
+        return order, None
+    backed = [i for i in order if strongest(evidence[i]) >= STRONG]
+    if not backed:
+        return order, None
+    return [backed[0], *(i for i in order if i != backed[0])], top
+
+
+def _reason(
+    top: int,
+    agent: str,
+    evidence: Sequence[Evidence],
+    guess: bool,
+    explained: Sequence[Mapping[str, Any]],
+) -> str:
+    features = " (model: " + "; ".join(str(e["text"]) for e in explained) + ")" if explained else ""
     if evidence:
-        reason += "; what sets it apart: " + "; ".join(str(e["text"]) for e in evidence)
-    return reason
+        reason = f"step {top}: {evidence[0].text}"
+        if len(evidence) > 1:
+            reason += f"; also, {evidence[1].text}"
+        return reason + features
+    reason = f"step {top} ({agent})"
+    if guess:
+        reason = (
+            "a guess: no step shows an error, a figure without support, a contradiction or a"
+            f" repetition; {reason} ranks first by its place in the run"
+        )
+    else:
+        reason += " ranks first on the model's features"
+    return reason + features

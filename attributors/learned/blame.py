@@ -9,7 +9,7 @@ tool's or human's report answers to the agent that acted before it (`answerable_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from faultfinder.attributors.heuristics import own_doing
 from faultfinder.attributors.model import Step, StepKind, Trajectory
@@ -27,21 +27,26 @@ __all__ = [
 _NOT_BLAMED_KINDS = frozenset({StepKind.HUMAN, StepKind.SYSTEM})
 
 
-def blameable(steps: Sequence[Step]) -> list[bool]:
+def blameable(steps: Sequence[Step], participants: Collection[str] = ()) -> list[bool]:
     """Which steps the learned scorer may blame: every step an agent, a tool or a handoff
     produced; not the task giver's turns nor system prompts and bookkeeping, which are
     never the decisive mistake of the system (no Who&When or Who&When Pro label points at
-    one). A run made only of such steps keeps them all, so there is always a candidate."""
-    mask = [can_be_blamed(step) for step in steps]
+    one). A user who is one of the system's `participants` (a simulated user named in the
+    run's roster) may be blamed for its own turns. A run made only of steps that cannot be
+    blamed keeps them all, so there is always a candidate."""
+    mask = [can_be_blamed(step, participants) for step in steps]
     return mask if any(mask) else [True] * len(mask)
 
 
-def can_be_blamed(step: Step) -> bool:
-    """Whether `step` is an agent's, tool's or handoff's doing (see `blameable`)."""
+def can_be_blamed(step: Step, participants: Collection[str] = ()) -> bool:
+    """Whether `step` is an agent's, tool's or handoff's doing, or a participating
+    user's turn (see `blameable`)."""
+    if step.kind is StepKind.HUMAN:
+        return step.agent in participants
     return step.kind not in _NOT_BLAMED_KINDS
 
 
-def answerable_agents(steps: Sequence[Step]) -> list[str]:
+def answerable_agents(steps: Sequence[Step], participants: Collection[str] = ()) -> list[str]:
     """The agent that answers for each step: its own agent where the step is its own
     doing (an acting step, or a tool call recorded under the caller's name:
     `heuristics.own_doing`); for a report under a tool's, terminal's or human's name, the
@@ -50,6 +55,9 @@ def answerable_agents(steps: Sequence[Step]) -> list[str]:
     answerable: list[str] = []
     actor: str | None = None
     for step, mine in zip(steps, own_doing(steps), strict=True):
+        if step.kind is StepKind.HUMAN and step.agent in participants:
+            answerable.append(step.agent)
+            continue
         if mine:
             actor = step.agent
         answerable.append(actor if actor is not None else step.agent)
@@ -62,8 +70,13 @@ def blameable_agents(trajectory: Trajectory) -> tuple[str, ...]:
     Never the task giver or the system prompt's author, nor a tool whose reports answer
     to the agent that called it."""
     steps = trajectory.steps
+    roster = trajectory.declared_roster
     acting = (
-        agent for agent, ok in zip(answerable_agents(steps), blameable(steps), strict=True) if ok
+        agent
+        for agent, ok in zip(
+            answerable_agents(steps, roster), blameable(steps, roster), strict=True
+        )
+        if ok
     )
     return tuple(dict.fromkeys((*acting, *trajectory.declared_roster)))
 

@@ -127,7 +127,7 @@ def _answering(trajectory: Trajectory, agent: str, step: int) -> str:
     as the learned attributor and first_error name them."""
     if agent in blameable_agents(trajectory):
         return agent
-    answering: list[str] = answerable_agents(trajectory.steps)
+    answering: list[str] = answerable_agents(trajectory.steps, trajectory.declared_roster)
     return answering[step]
 
 

@@ -216,7 +216,7 @@ class LLMAttributor:
         model = source(trajectory) if callable(source) else (source or default_model())
         scores = model.score(trajectory, use_ground_truth=run.ground_truth is not None)
         steps = trajectory.steps
-        mask = blameable(steps)
+        mask = blameable(steps, trajectory.declared_roster)
         probabilities = model.distribution(scores, mask)
         ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         order = [i for i in ranked if mask[i]][:top_k]
@@ -265,4 +265,5 @@ def blameable_steps(trajectory: Trajectory) -> list[int]:
     """The steps a method may name: not the task giver's turns nor system prompts
     (`learned.blameable`)."""
     steps = trajectory.steps
-    return [step.index for step, ok in zip(steps, blameable(steps), strict=True) if ok]
+    roster = trajectory.declared_roster
+    return [step.index for step, ok in zip(steps, blameable(steps, roster), strict=True) if ok]

@@ -33,8 +33,10 @@ __all__ = ["inject_group"]
 
 @click.group("inject")
 def inject_group() -> None:
-    """Controlled failure injection: replay a successful run's exact prefix, plant one
-    flaw of a chosen error mode, let the agents continue live, keep what fails."""
+    """Labelled failures from your own successful runs (controlled failure injection).
+
+    Replay a successful run's exact prefix, plant one flaw of a chosen error mode, let the
+    agents continue live, keep what fails."""
 
 
 def _modes(value: str) -> tuple[str, ...]:

@@ -205,7 +205,9 @@ class ReplayProxy:
         proxy = self
 
         @post("/s/{name:str}/v1/chat/completions", status_code=200)
-        async def chat_completions(name: FromPath[str], request: Request[Any, Any, Any]) -> Response[Any]:
+        async def chat_completions(
+            name: FromPath[str], request: Request[Any, Any, Any]
+        ) -> Response[Any]:
             try:
                 body = await request.json()
             except ValueError:

@@ -26,6 +26,7 @@ from faultfinder.attributors.scoring import OVERALL
 from faultfinder.benchmarks.datasets import (
     DATASETS_DIR_ENV,
     SPEC_HELP,
+    BenchmarkRecord,
     DatasetError,
     load_dataset,
     resolve_datasets_dir,
@@ -220,6 +221,21 @@ def _check_attributor(ctx: click.Context, param: click.Parameter, value: str) ->
     help="With --cv: fold splits with seeds S..S+N-1 (S = --seed); reports mean and spread.",
 )  # fmt: skip
 @click.option(
+    "--group-by", type=click.Choice(["task", "framework"]), default="task", show_default=True,
+    help="With --cv: folds keep a task's runs together (task), or hold out one whole"
+    " framework each (framework: leave-one-framework-out; K is the number of frameworks).",
+)  # fmt: skip
+@click.option(
+    "--train-also", metavar="SPEC",
+    help="With --cv: labelled records every fold also trains on, never scored (e.g."
+    " who_and_when beside an injected corpus).",
+)  # fmt: skip
+@click.option(
+    "--learned-model", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The learned attributor's model file (from `faultfinder train`) instead of the"
+    " packaged one.",
+)  # fmt: skip
+@click.option(
     "--prefilter", "prefilter_top_k", type=click.IntRange(min=1),
     help="LLM methods: name the learned model's top K steps to the model as hints and shorten"
     " the log away from them. On Who&When the hints come from out-of-fold models.",
@@ -256,6 +272,9 @@ def run_command(
     datasets_dir: Path | None,
     cv_folds: int | None,
     cv_seeds: int,
+    group_by: str,
+    train_also: str | None,
+    learned_model: Path | None,
     prefilter_top_k: int | None,
     prefilter_cv: int | None,
 ) -> None:
@@ -304,17 +323,34 @@ def run_command(
         raise click.BadParameter(
             f"{dataset!r} has no records under {root}", param_hint="'--dataset'"
         )
+    if (group_by != "task" or train_also) and cv_folds is None:
+        raise click.UsageError("--group-by and --train-also apply to --cv")
+    if learned_model is not None and (attributor != "learned" or cv_folds is not None):
+        raise click.UsageError("--learned-model applies to the learned attributor without --cv")
     if cv_folds is not None:
-        from faultfinder.benchmarks.cv import cross_validate_command
+        from faultfinder.benchmarks.cv import CVSettings, cross_validate_command
 
+        extra: list[BenchmarkRecord] = []
+        if train_also:
+            try:
+                extra = list(load_dataset(train_also, root))
+            except DatasetError as exc:
+                raise click.ClickException(str(exc)) from None
+            scored = {record.record_id for record in records}
+            extra = [record for record in extra if record.record_id not in scored]
         cross_validate_command(
             records,
             attributor=attributor,
-            folds=cv_folds,
-            seeds=tuple(seed + r for r in range(cv_seeds)),
-            use_ground_truth=with_ground_truth,
+            settings=CVSettings(
+                folds=cv_folds,
+                seeds=tuple(seed + r for r in range(cv_seeds)),
+                use_ground_truth=with_ground_truth,
+                group_by=group_by,
+                also_trained_on=train_also,
+            ),
             out_dir=out if out is not None else _default_out_dir(dataset, f"{attributor}-cv"),
             as_json=as_json,
+            also_train_on=extra,
         )
         return
     if concurrency is None:
@@ -355,6 +391,8 @@ def run_command(
         ) as model_settings,
     ):
         config: dict[str, Any] = dict(prefilter_config)
+        if learned_model is not None:
+            config["model_path"] = str(learned_model)
         model_identity: str | None = None
         recorded_model: dict[str, Any] = {}
         if model_settings is not None:

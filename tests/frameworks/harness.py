@@ -298,7 +298,26 @@ def graded_wrong_claim(
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
     check_understood(run, expected, project=pipeline.project)
-    return Graded(answer, run, graded(pipeline, before, run))
+    attributed = graded(pipeline, before, run)
+    check_planted_claim_blamed(attributed)
+    return Graded(answer, run, attributed)
+
+
+def check_planted_claim_blamed(detail: Mapping[str, Any]) -> None:
+    """Assert the zero-LLM attributors blame the planted claim: the first step stating the
+    transposed figure, right after the census tool reported the true one, by the agent
+    that made it, and say so in words."""
+    steps = detail["trajectory"]["steps"]
+    shown = _show(detail["trajectory"])
+    claim = next(s for s in steps if "225,520" in s["content"] and s["kind"] != "tool")
+    by_method = {a["method"]: a for a in detail["attributions"]}
+    for method in ("learned", "first_error"):
+        blamed = by_method[method]
+        assert (blamed["step"], blamed["agent"]) == (claim["index"], claim["agent"]), (
+            f"{method} blamed step {blamed['step']} ({blamed['agent']}): {blamed['reason']}\n"
+            f"{shown}"
+        )
+        assert "225,520" in blamed["reason"] and "522,250" in blamed["reason"], blamed["reason"]
 
 
 def graded(pipeline: Pipeline, before: set[str], run: Mapping[str, Any]) -> dict[str, Any]:

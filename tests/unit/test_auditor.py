@@ -13,7 +13,7 @@ from faultfinder.attributors.learned import (
     answerable_agents,
     default_model,
 )
-from faultfinder.attributors.learned.features import step_features
+from faultfinder.attributors.learned.features import run_features, shows_evidence, step_features
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.benchmarks.datasets import BenchmarkRecord
 
@@ -78,7 +78,9 @@ def test_alarm_is_the_first_step_above_the_threshold_raised_when_it_arrives(
     stream(probe, trajectory)
     scores = probe.scores(trajectory.run_id)
     threshold = sorted(scores)[len(scores) // 2]
-    expected = next(i for i, s in enumerate(scores) if s > threshold)
+    # An alarm needs a score above the threshold and a step that shows evidence itself.
+    shows = [shows_evidence(row) for row in run_features(trajectory, prefix_only=True).named]
+    expected = next(i for i, s in enumerate(scores) if s > threshold and shows[i])
 
     auditor = Auditor(threshold=threshold)
     alarms = stream(auditor, trajectory)
@@ -91,9 +93,11 @@ def test_alarm_is_the_first_step_above_the_threshold_raised_when_it_arrives(
     # Step 0 of a Hand-Crafted run is the human's question: never alarmed on.
     assert trajectory.steps[0].kind is StepKind.HUMAN
     assert stream(Auditor(threshold=math.inf), trajectory) == []
-    assert stream(Auditor(threshold=-math.inf), trajectory) == [(2, 1)]
+    first = shows.index(True, 1)
+    assert stream(Auditor(threshold=-math.inf), trajectory) == [(first + 1, first)]
     repeated = stream(Auditor(threshold=-math.inf, alarm_once=False), trajectory)
-    assert [step for _, step in repeated] == list(range(1, len(trajectory)))
+    assert [step for _, step in repeated] == [i for i in range(1, len(trajectory)) if shows[i]]
+    assert not all(shows[1:]), "a step with nothing to show is never alarmed on"
 
 
 def test_many_new_steps_at_once_alarm_on_the_earliest_crossing(
@@ -199,7 +203,9 @@ def test_no_alarm_on_the_task_or_system_prompt_and_a_tool_report_names_its_calle
     )  # fmt: skip
     trajectory = Trajectory(run_id="r", task="Count the rows of data.csv.", steps=steps)
     everything = stream(Auditor(threshold=-math.inf, alarm_once=False), trajectory)
-    assert [step for _, step in everything] == [2, 3]
+    # The code shows nothing wrong when it arrives; the terminal's traceback does, and
+    # answers to the Coder who ran it.
+    assert [step for _, step in everything] == [3]
     tool_only = Auditor(threshold=-math.inf).observe(
         trajectory.model_copy(
             update={"steps": (*steps[:2], steps[3].model_copy(update={"index": 2}))}

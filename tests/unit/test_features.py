@@ -289,7 +289,8 @@ def test_prefix_features_never_depend_on_later_steps(
 # truth, all features and prefix-safe ones), recorded from the straightforward
 # implementation before its scans were made faster. A change of any feature value on
 # the benchmark shows here, naming the records. After a deliberate change of a feature,
-# rewrite the file with `json.dumps(feature_digests(), indent=0, sort_keys=True)`.
+# rewrite the file with `json.dumps({record_id: feature_digest(trajectory) …},
+# indent=0, sort_keys=True)` over `load_dataset("who_and_when")`.
 DIGESTS = Path(__file__).parent / "data" / "who_and_when_feature_digests.json"
 
 

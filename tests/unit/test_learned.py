@@ -672,7 +672,7 @@ async def test_train_command_writes_a_model_the_attributor_loads(tmp_path: Path)
 def test_train_command_rejects_unknown_datasets(tmp_path: Path) -> None:
     result = CliRunner().invoke(train_command, ["--dataset", "nope", "--out", str(tmp_path / "m")])
     assert result.exit_code != 0
-    assert "unknown dataset 'nope'" in result.output
+    assert "unknown dataset spec 'nope'" in result.output
 
 
 # --- per-framework models ----------------------------------------------------------------

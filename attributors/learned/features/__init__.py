@@ -17,8 +17,8 @@ from faultfinder.attributors.learned.features.columns import (
     Feature,
     feature_names,
 )
-from faultfinder.attributors.learned.features.matrix import step_features
-from faultfinder.attributors.learned.features.prefix import PrefixScanner
+from faultfinder.attributors.learned.features.matrix import RunFeatures, run_features, step_features
+from faultfinder.attributors.learned.features.prefix import PrefixScanner, shows_evidence
 from faultfinder.attributors.learned.features.text import extract_final_answer
 
 __all__ = [
@@ -30,7 +30,10 @@ __all__ = [
     "STEP_FEATURES",
     "Feature",
     "PrefixScanner",
+    "RunFeatures",
     "extract_final_answer",
     "feature_names",
+    "run_features",
+    "shows_evidence",
     "step_features",
 ]

@@ -167,6 +167,46 @@ STEP_FEATURES: tuple[Feature, ...] = (
         False,
     ),
     Feature(
+        "unsupported_values",
+        "log(1 + figures the agent step states that no earlier observation (task, user,"
+        " system, tool report) holds or derives by one arithmetic step or unit conversion).",
+        True,
+    ),
+    Feature(
+        "introduces_unsupported",
+        "The step states an unsupported figure that no earlier step stated.",
+        True,
+    ),
+    Feature(
+        "contradicts_report",
+        "The step answers a report (a tool's output since the agent last acted) with a"
+        " figure of its own, repeating none of the report's figures.",
+        True,
+    ),
+    Feature(
+        "unsupported_argument",
+        "The step shows a tool call whose argument names something (an id, a code, a proper"
+        " name) that no earlier observation names.",
+        True,
+    ),
+    Feature(
+        "argument_outside_task",
+        "The step shows a tool call whose argument names something the task does not.",
+        True,
+    ),
+    Feature(
+        "final_answer_first_claim",
+        "The step is the first agent step to state the run's final answer (when it differs"
+        " from the ground truth, with ground truth allowed).",
+        False,
+    ),
+    Feature(
+        "final_value_origin",
+        "The step is the first to state the run's final answer, and nothing observed before"
+        " it supports that answer (and it differs from the ground truth when allowed).",
+        False,
+    ),
+    Feature(
         "agent_directs",
         "The step's agent has handed off to another agent at this step or earlier.",
         True,
@@ -265,6 +305,13 @@ FEATURE_LABELS: dict[str, tuple[str, str]] = {
         "flag",
     ),
     "contradiction_after": ("an output it answers for contradicts the correct answer", "flag"),
+    "unsupported_values": ("figures no observation supports", "log1p"),
+    "introduces_unsupported": ("first to state an unsupported figure", "flag"),
+    "contradicts_report": ("contradicts the report it answers", "flag"),
+    "unsupported_argument": ("calls a tool with a name nothing observed gives", "flag"),
+    "final_value_origin": ("origin of the unsupported final answer", "flag"),
+    "argument_outside_task": ("calls a tool with a name the task does not give", "flag"),
+    "final_answer_first_claim": ("first agent to state the final answer", "flag"),
     "agent_directs": ("its agent directs others", "flag"),
     "final_answer_first_mention": ("first mention of the wrong final answer", "flag"),
     "agent_share": ("its agent's share of the steps", "share"),

@@ -19,6 +19,7 @@ from faultfinder.attributors.learned.features.text import (
     extract_final_answer,
 )
 from faultfinder.attributors.model import Trajectory
+from faultfinder.attributors.provenance import ValueFacts
 
 __all__ = ["step_features"]
 
@@ -34,17 +35,37 @@ def step_features(
     whatever steps follow step i (the auditor's guarantee). Without `use_ground_truth`
     the ground-truth features are 0.
     """
+    return run_features(trajectory, use_ground_truth=use_ground_truth, prefix_only=prefix_only).rows
+
+
+@dataclass(frozen=True)
+class RunFeatures:
+    """The feature matrix of a run and what it was read from."""
+
+    rows: list[list[float]]
+    """One row per step, in the order of `feature_names(prefix_only)`."""
+    named: list[dict[str, float]]
+    """Each step's own features by name (no context columns)."""
+    scanner: PrefixScanner
+    """The step-by-step reading: each step's `facts` and `values` (provenance)."""
+
+
+def run_features(
+    trajectory: Trajectory, *, use_ground_truth: bool = True, prefix_only: bool = False
+) -> RunFeatures:
+    """`step_features`, with the per-step facts behind them (for evidence in words)."""
     scanner = PrefixScanner(
         trajectory.task, trajectory.ground_truth, use_ground_truth=use_ground_truth
     )
     for step in trajectory.steps:
         scanner.push(step)
     if prefix_only:
-        return [scanner.prefix_row(i) for i in range(len(scanner))]
-    rows = [dict(row) for row in scanner.rows]
-    _add_whole_run_features(trajectory, scanner.facts, rows, use_ground_truth)
-    own = [[row[name] for name in _STEP_NAMES] for row in rows]
-    return _with_context(own)
+        rows = [scanner.prefix_row(i) for i in range(len(scanner))]
+        return RunFeatures(rows, [dict(row) for row in scanner.rows], scanner)
+    named = [dict(row) for row in scanner.rows]
+    _add_whole_run_features(trajectory, scanner.facts, scanner.values, named, use_ground_truth)
+    own = [[row[name] for name in _STEP_NAMES] for row in named]
+    return RunFeatures(_with_context(own), named, scanner)
 
 
 def _with_context(own: list[list[float]]) -> list[list[float]]:
@@ -73,6 +94,7 @@ def _highest_before(column: Sequence[float]) -> list[float]:
 def _add_whole_run_features(
     trajectory: Trajectory,
     facts: Sequence[StepFacts],
+    values: Sequence[ValueFacts],
     rows: list[dict[str, float]],
     use_ground_truth: bool,
 ) -> None:
@@ -82,6 +104,8 @@ def _add_whole_run_features(
     stalled_after = _ledger_stalled_after(facts)
     criticised = _criticised_next(facts)
     first_final = _final_answer_first_mention(trajectory, facts, use_ground_truth)
+    origin = final_value_origin(trajectory, values, facts, use_ground_truth)
+    claimant = final_answer_first_claim(trajectory, facts, use_ground_truth)
     agents = _AgentShares.of(facts, owner)
 
     for i, row in enumerate(rows):
@@ -96,6 +120,8 @@ def _add_whole_run_features(
         row["criticised_next"] = criticised[i]
         row["contradiction_after"] = contradiction_after[i]
         row["final_answer_first_mention"] = float(i == first_final)
+        row["final_value_origin"] = float(i == origin)
+        row["final_answer_first_claim"] = float(i == claimant)
         row["agent_share"] = agents.counts[agent] / n
         row["agent_error_share"] = (
             agents.error_counts.get(agent, 0) / agents.total_errors if agents.total_errors else 0.0
@@ -177,6 +203,61 @@ def _final_answer_first_mention(
     if final is None or (gt is not None and final.words == gt.words):
         return None
     return next((i for i, f in enumerate(facts) if final.found_in(f.numbers, f.normalised)), None)
+
+
+def final_value_origin(
+    trajectory: Trajectory,
+    values: Sequence[ValueFacts],
+    facts: Sequence[StepFacts],
+    use_ground_truth: bool,
+) -> int | None:
+    """The first agent step that states the run's final answer, when nothing observed
+    before it supports that answer: the step that made the answer up. None when the
+    answer is supported where it first appears, when there is no final answer, or when
+    it equals the ground truth (with ground truth allowed)."""
+    final = AnswerMatcher.of(extract_final_answer(trajectory))
+    if final is None:
+        return None
+    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
+    if gt is not None and (final.words == gt.words or final.number == gt.number is not None):
+        return None
+    for i, fact in enumerate(facts):
+        if not fact.acting or not final.found_in(fact.numbers, fact.normalised):
+            continue
+        if final.number is not None:
+            unsupported = {_figure(token) for token in values[i].unsupported}
+            return i if final.number in unsupported else None
+        observed = " ".join(f.normalised for f in facts[:i] if not f.acting)
+        return None if f" {final.words} " in f" {observed} " else i
+    return None
+
+
+def final_answer_first_claim(
+    trajectory: Trajectory, facts: Sequence[StepFacts], use_ground_truth: bool
+) -> int | None:
+    """The first agent step that states the run's final answer (None when there is no
+    final answer, or it equals the ground truth with ground truth allowed)."""
+    final = AnswerMatcher.of(extract_final_answer(trajectory))
+    if final is None:
+        return None
+    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
+    if gt is not None and (final.words == gt.words or final.number == gt.number is not None):
+        return None
+    return next(
+        (
+            i
+            for i, fact in enumerate(facts)
+            if fact.acting and final.found_in(fact.numbers, fact.normalised)
+        ),
+        None,
+    )
+
+
+def _figure(token: str) -> float | None:
+    try:
+        return float(token.replace(",", ""))
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

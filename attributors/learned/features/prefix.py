@@ -24,8 +24,27 @@ from faultfinder.attributors.learned.features.text import (
     verification,
 )
 from faultfinder.attributors.model import Step, StepKind
+from faultfinder.attributors.provenance import Provenance, ValueFacts
 
-__all__ = ["PrefixScanner"]
+__all__ = ["EVIDENCE_FEATURES", "PrefixScanner", "shows_evidence"]
+
+EVIDENCE_FEATURES = (
+    "error_in_step", "contradicts_report", "introduces_unsupported", "unsupported_argument",
+    "first_numbers_contradict_gt", "hedging", "apology",
+)  # fmt: skip
+"""Prefix-safe features that say what a step shows (an error, a figure or a name nothing
+observed supports, a contradiction, invented data, giving up), not where it sits."""
+
+
+def shows_evidence(row: dict[str, float]) -> bool:
+    """Whether a step's own prefix-safe features show any evidence of an error
+    (`EVIDENCE_FEATURES`, or near-repetition of the agent's recent steps)."""
+    return (
+        any(row.get(name, 0.0) > 0 for name in EVIDENCE_FEATURES)
+        or row.get("loop_count", 0.0) > 0
+        or row.get("repetition", 0.0) >= 0.9
+    )
+
 
 _REPEAT_WINDOW = 5
 # Bounds the quadratic cost of loop detection on long runs.
@@ -88,6 +107,9 @@ class PrefixScanner:
         self._directors: set[str] = set()
         self._gt_seen = False
         self._contradiction_seen = False
+        self._provenance = Provenance(task)
+        self.values: list[ValueFacts] = []
+        """Per step: the figures it states without support (`provenance`)."""
         # Prefix rows with their context columns, built as they are asked for.
         self._prefix_rows: list[list[float]] = []
         self._highest_so_far: list[float] = [0.0] * len(_PREFIX_STEP_NAMES)
@@ -95,12 +117,18 @@ class PrefixScanner:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @property
+    def uses_ground_truth(self) -> bool:
+        """Whether a usable ground truth was given and may be used."""
+        return self._gt is not None
+
     def push(self, step: Step) -> dict[str, float]:
         """Add the next step (its index must equal the number of steps pushed so far)."""
         i = len(self.rows)
         if step.index != i:
             raise ValueError(f"expected step {i} next, got step {step.index}")
         fact, lowered = step_facts(step, self.task)
+        values = self._provenance.push(step, fact.acting)
         facts = self.facts
         history = self._agent_history.get(step.agent, [])
         window = history[-_LOOP_WINDOW:]
@@ -173,7 +201,13 @@ class PrefixScanner:
             "gt_mentioned_before": float(self._gt_seen),
             "numbers_contradict_gt": float(contradicts),
             "first_numbers_contradict_gt": float(contradicts and not self._contradiction_seen),
+            "unsupported_values": math.log1p(len(values.unsupported)),
+            "introduces_unsupported": float(bool(values.introduced)),
+            "contradicts_report": float(values.contradicts),
+            "unsupported_argument": float(bool(values.unsupported_arguments)),
+            "argument_outside_task": float(values.outside_task),
         }
+        self.values.append(values)
         facts.append(fact)
         self.rows.append(row)
         # State for later steps: only what this step adds.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from faultfinder.attributors.learned.blame import answerable_agents, blameable
-from faultfinder.attributors.learned.features import step_features
+from faultfinder.attributors.learned.features import run_features, shows_evidence
 from faultfinder.attributors.learned.step_model import trajectory_group
 from faultfinder.attributors.model import Trajectory
 
@@ -78,6 +78,9 @@ class RunMatrix:
     """Steps the attributor may blame (`learned.blameable`); the others get no probability."""
     task: str = ""
     """`task_key` of the record: runs of one task share a fold in inner CV."""
+    alarmable: tuple[bool, ...] = ()
+    """Steps an early alarm may be raised on: blameable and showing evidence of an error
+    (`features.shows_evidence`); empty for whole-run matrices."""
 
 
 class FeatureCache:
@@ -94,11 +97,13 @@ class FeatureCache:
         key = (record.record_id, use_ground_truth, prefix_only)
         if key not in self._cache:
             trajectory = record.trajectory
-            rows = step_features(
+            features = run_features(
                 trajectory,
                 use_ground_truth=use_ground_truth and trajectory.ground_truth is not None,
                 prefix_only=prefix_only,
             )
+            rows = features.rows
+            mask = blameable(trajectory.steps, trajectory.declared_roster)
             self._cache[key] = RunMatrix(
                 record_id=record.record_id,
                 subset=record.subset,
@@ -106,9 +111,14 @@ class FeatureCache:
                 rows=np.asarray(rows, dtype=np.float64),
                 gold_step=record.gold.step,
                 gold_agent=record.gold.agent,
-                agents=tuple(answerable_agents(trajectory.steps)),
-                blameable=tuple(blameable(trajectory.steps)),
+                agents=tuple(answerable_agents(trajectory.steps, trajectory.declared_roster)),
+                blameable=tuple(mask),
                 task=task_key(trajectory),
+                alarmable=tuple(
+                    ok and shows_evidence(row) for ok, row in zip(mask, features.named, strict=True)
+                )
+                if prefix_only
+                else (),
             )
         return self._cache[key]
 

@@ -98,7 +98,7 @@ def choose_alarm_threshold(runs: Sequence[RunMatrix], scores: Sequence[Sequence[
     for threshold in reversed(candidates[::stride]):
         threshold -= 1e-9
         hits = sum(
-            first_alarm(s, threshold, run.blameable) == run.gold_step
+            first_alarm(s, threshold, run.alarmable or run.blameable) == run.gold_step
             for run, s in zip(runs, scores, strict=True)
         )
         if hits > best_hits:

@@ -1,0 +1,177 @@
+"""What each step of a run shows, in words: the evidence behind a zero-LLM attribution.
+
+Evidence is read from the run itself and holds on any framework: a figure an agent
+states right after a tool reported other figures, the first statement of a final answer
+nothing observed supports, a figure no observation holds, a tool error after an agent's
+call, a figure contradicting the correct answer, repetition, invented data, giving up.
+Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
+sentence that names the agents, tools and figures involved.
+
+`STRONG` evidence decides between steps: a step with none of it never outranks a step
+that has some, whatever its position (the learned scorer's positional habits may break
+ties, never outvote evidence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from faultfinder.attributors.heuristics import error_signals
+from faultfinder.attributors.learned.features import RunFeatures
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+
+__all__ = ["STRONG", "Evidence", "step_evidence", "strongest"]
+
+STRONG = 0.6
+"""Evidence at least this strong decides between steps (see the module's docstring)."""
+
+_NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
+
+
+@dataclass(frozen=True)
+class Evidence:
+    step: int
+    kind: str
+    strength: float
+    text: str
+
+
+def _figures(tokens: Sequence[str], limit: int = 3) -> str:
+    shown = list(tokens[:limit])
+    if len(tokens) > limit:
+        shown.append("…")
+    return ", ".join(shown)
+
+
+def _quote(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _reporter(step: Step) -> str:
+    return step.tool_name or step.agent
+
+
+def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Evidence]]:
+    """Each step's evidence, strongest first (see the module's docstring)."""
+    steps = trajectory.steps
+    facts = features.scanner.facts
+    found: list[list[Evidence]] = [[] for _ in steps]
+    actor: int | None = None
+    for i, step in enumerate(steps):
+        if facts[i].acting:
+            actor = i
+            found[i].extend(_value_evidence(trajectory, features, i))
+            found[i].extend(_cue_evidence(step.agent, features.named[i], i))
+        arguments = features.scanner.values[i].unsupported_arguments
+        if arguments:
+            owner = i if facts[i].acting else actor
+            if owner is not None:
+                found[owner].append(_argument_evidence(steps[owner].agent, arguments, owner))
+        if facts[i].error > 0:
+            error = _error_evidence(trajectory, features, i, actor)
+            if error is not None:
+                found[error.step].append(error)
+    for items in found:
+        items.sort(key=lambda item: -item.strength)
+    return found
+
+
+def _value_evidence(trajectory: Trajectory, features: RunFeatures, i: int) -> list[Evidence]:
+    """What an agent step says about figures: contradicting the report it answers, making
+    a figure up, repeating one, first stating an unsupported final answer or figures that
+    contradict the correct answer."""
+    agent = trajectory.steps[i].agent
+    value = features.scanner.values[i]
+    row = features.named[i]
+    out: list[Evidence] = []
+    if value.contradicts:
+        text = (
+            f"{agent} stated {_figures(value.unsupported)} right after {value.answered}"
+            f" returned {_figures(value.answered_figures)}"
+        )
+        out.append(Evidence(i, "contradicts-report", 1.0, text))
+    elif value.introduced:
+        text = (
+            f"{agent} stated {_figures(value.introduced)}, which no earlier tool output, user"
+            " message or the task holds or gives by one calculation"
+        )
+        out.append(Evidence(i, "unsupported-figure", 0.75, text))
+    elif value.unsupported:
+        text = f"{agent} repeated {_figures(value.unsupported)}, a figure no observation supports"
+        out.append(Evidence(i, "repeats-unsupported-figure", 0.3, text))
+    if row.get("final_value_origin"):
+        answer = _quote(trajectory.final_answer or "", 40)
+        text = (
+            f"{agent} was the first to state the final answer {answer!r}, which nothing"
+            " observed before it supports"
+        )
+        out.append(Evidence(i, "made-up-final-answer", 0.95, text))
+    if row.get("final_answer_first_claim") and not row.get("final_value_origin"):
+        answer = _quote(trajectory.final_answer or "", 40)
+        wrong = features.scanner.uses_ground_truth
+        text = f"{agent} was the first agent to state the final answer {answer!r}"
+        out.append(Evidence(i, "first-to-state-final-answer", 0.6 if wrong else 0.5, text))
+    if row.get("first_numbers_contradict_gt"):
+        truth = _quote(trajectory.ground_truth or "", 40)
+        text = (
+            f"{agent} was the first to state figures none of which is the correct answer {truth!r}"
+        )
+        out.append(Evidence(i, "contradicts-ground-truth", 0.6, text))
+    return out
+
+
+def _argument_evidence(agent: str, arguments: Sequence[tuple[str, str, str]], i: int) -> Evidence:
+    tool, name, value = arguments[0]
+    text = (
+        f"{agent} called {tool} with {name}={value!r}, which no earlier user message, tool"
+        " output or the task mentions"
+    )
+    return Evidence(i, "unsupported-argument", 0.7, text)
+
+
+_CUES = (
+    ("hedging", "invented-data", 0.4, "{agent} assumed, simulated or invented data"),
+    ("apology", "gave-up", 0.3, "{agent} apologised or said it could not go on"),
+    ("criticised_next", "criticised", 0.45, "the next agent to speak called {agent}'s step wrong"),
+)
+
+
+def _cue_evidence(agent: str, row: dict[str, float], i: int) -> list[Evidence]:
+    """Weak cues: repetition, invented data, giving up, criticism by the next agent."""
+    out = [
+        Evidence(i, kind, strength, text.format(agent=agent))
+        for feature, kind, strength, text in _CUES
+        if row.get(feature)
+    ]
+    if row.get("loop_count", 0) > 0 or row.get("repetition", 0) >= 0.9:
+        text = f"{agent} repeated one of its recent steps almost word for word"
+        out.append(Evidence(i, "repetition", 0.35, text))
+    return out
+
+
+def _error_evidence(
+    trajectory: Trajectory, features: RunFeatures, i: int, actor: int | None
+) -> Evidence | None:
+    """An error shown at step `i`: the agent's own, or a report's that answers to the agent
+    that acted last (`actor`)."""
+    step = trajectory.steps[i]
+    fact = features.scanner.facts[i]
+    signals = error_signals(step, trajectory.task)
+    excerpt = f": {_quote(signals[0].excerpt)!r}" if signals and signals[0].excerpt else ""
+    label = signals[0].label if signals else "an error"
+    strength = 0.9 * fact.error
+    if fact.acting:
+        return Evidence(i, "error", strength, f"{step.agent}'s step shows {label}{excerpt}")
+    if actor is None or step.kind not in _NOT_ACTING:
+        return None
+    text = (
+        f"{_reporter(step)} reported {label} right after {trajectory.steps[actor].agent}"
+        f" acted{excerpt}"
+    )
+    return Evidence(actor, "tool-error", strength, text)
+
+
+def strongest(items: Sequence[Evidence]) -> float:
+    return items[0].strength if items else 0.0

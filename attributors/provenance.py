@@ -1,0 +1,269 @@
+"""Where a run's values come from: which figures an agent states that nothing it observed
+supports.
+
+Observations are what the system was given or told: the task, the user's turns, system
+prompts, and every tool's or terminal's report. A figure an agent states (in a message or
+in a tool call's arguments) is supported when an earlier observation holds it, or when it
+follows from earlier figures by one arithmetic step (a sum, a difference, a product, a
+ratio, a percentage) or a common unit conversion. A figure that is neither was made up
+or miscalculated: the strongest evidence a step can carry on any framework, since it
+needs no knowledge of the framework, only the run's own text.
+
+Everything here reads steps in order and depends only on the steps so far (prefix-safe).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from dataclasses import dataclass, field
+
+from faultfinder.attributors.model import Step, StepKind
+
+__all__ = ["Provenance", "ValueFacts", "derivable"]
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_POOL = 40
+"""Most recent distinct figures a new figure is checked against for one-step derivations."""
+_CHECKED = 12
+"""At most this many unsupported figures of one step are checked for derivations."""
+_CONVERSIONS = (
+    1000.0, 100.0, 60.0, 24.0, 3600.0, 7.0, 12.0, 1.609344, 0.621371, 2.20462, 0.453592,
+    3.28084, 0.3048, 2.54, 0.393701, 1.8, 0.001, 0.01, 1e6, 1e9, 365.0, 52.0,
+)  # fmt: skip
+"""Factors of common unit conversions (thousands, percent, time, length, mass)."""
+_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
+_OBSERVATION_KINDS = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
+
+
+def _value(token: str) -> float | None:
+    try:
+        return float(token.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _figures(text: str) -> dict[float, str]:
+    """The figures of a text (value → first spelling), without bare single digits, which
+    number lists and steps far more often than they state a value, and without years
+    (1900–2100), which date text far more often than they state a value."""
+    out: dict[float, str] = {}
+    for token in _NUMBER.findall(text):
+        value = _value(token)
+        if value is None or (abs(value) < 10 and "." not in token):
+            continue
+        if token.isdigit() and 1900 <= value <= 2100:
+            continue
+        out.setdefault(value, token)
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    """Equal: exactly for two whole numbers, else to 1e-4 relative (a rounding of the
+    last digits of a computed decimal)."""
+    if a.is_integer() and b.is_integer():
+        return a == b
+    return abs(a - b) <= max(1e-4 * abs(a), 0.006)
+
+
+def _near(target: float, ordered: list[float], tolerance: float) -> bool:
+    """Whether some value of the sorted list `ordered` lies within `tolerance` of `target`."""
+    position = bisect.bisect_left(ordered, target - tolerance)
+    return position < len(ordered) and ordered[position] <= target + tolerance
+
+
+def derivable(value: float, pool: list[float]) -> bool:
+    """Whether `value` follows from one or two of `pool` by one arithmetic step (a sum, a
+    difference, a product, a ratio, a percentage or a percentage change), a rounding or
+    a common unit conversion."""
+    for a in pool:
+        if any(_close(value, round(a, digits)) for digits in (2, 1, 0, -1, -2, -3, -4, -5, -6)):
+            return True
+        for factor in _CONVERSIONS:
+            if _close(value, a * factor) or _close(value, a / factor):
+                return True
+        if _close(value, a * 1.8 + 32) or _close(value, (a - 32) / 1.8):
+            return True
+    ordered = sorted(pool)
+    loose = max(1e-4 * abs(value), 0.006)
+    for a in pool:
+        # value = a + b, a - b or b - a: b within the value's own tolerance (exact for
+        # whole numbers, whose sums and differences are exact).
+        additive = 0.006 if value.is_integer() and a.is_integer() else loose
+        if any(_near(b, ordered, additive) for b in (value - a, a - value, value + a)):
+            return True
+        if not a or not value:
+            continue
+        # value = a * b, a / b, b / a, 100 a / b or 100 (b - a) / a: b to the relative
+        # precision the value is written to (1e-4, or its rounding to two decimals).
+        relative = 1e-4 if value.is_integer() else max(1e-4, 0.0051 / abs(value))
+        for b in (value / a, a / value, value * a, 100 * a / value, a * (1 + value / 100)):
+            if _near(b, ordered, max(relative * abs(b), 1e-9)):
+                return True
+    return False
+
+
+_CALL = re.compile(r"([A-Za-z_][\w.-]*)\((\{.*?\})\)", re.DOTALL)
+_NAME_WORD = re.compile(r"[A-Z0-9#][\w#&'.-]*$")
+
+
+def _naming(value: str) -> bool:
+    """Whether an argument value names something (an id, a code, a proper name) rather
+    than being free text: no line break, at most 40 characters, and either one token
+    with a digit or a capital, or up to four capitalised words."""
+    text = value.strip()
+    if not 2 <= len(text) <= 40 or "\n" in text:
+        return False
+    words = text.split()
+    if len(words) == 1:
+        return any(ch.isdigit() for ch in text) or text[0].isupper()
+    return len(words) <= 4 and all(_NAME_WORD.match(word) for word in words)
+
+
+def _string_values(value: object, key: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [(key, value)]
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in _string_values(v, str(k))]
+    if isinstance(value, list):
+        return [pair for item in value for pair in _string_values(item, key)]
+    return []
+
+
+def _arguments(step: Step) -> list[tuple[str, str, str]]:
+    """The naming argument values of the tool calls a step shows: its `tool_arguments`
+    and every `name({...})` in its text. (tool, argument, value)"""
+    calls: list[tuple[str, str]] = []
+    if step.tool_arguments:
+        calls.append((step.tool_name or "tool", step.tool_arguments))
+    calls.extend((m.group(1), m.group(2)) for m in _CALL.finditer(step.content))
+    found: dict[tuple[str, str, str], None] = {}
+    for tool, raw in calls:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            continue
+        for name, value in _string_values(parsed):
+            if _naming(value):
+                found[(tool, name, value.strip())] = None
+    return list(found)
+
+
+@dataclass(frozen=True)
+class ValueFacts:
+    """What one step says about values (empty for observations)."""
+
+    unsupported: tuple[str, ...] = ()
+    """Figures the step states that no earlier observation holds or derives, as written."""
+    introduced: tuple[str, ...] = ()
+    """Of those, the ones no earlier step stated (this step made them up)."""
+    answered: str | None = None
+    """The tool (or other observer) whose report the step answers, when the step states a
+    figure of its own and repeats none of that report's figures."""
+    answered_figures: tuple[str, ...] = ()
+    """That report's figures, as written."""
+    unsupported_arguments: tuple[tuple[str, str, str], ...] = ()
+    """Tool-call arguments naming something nothing observed before names: (tool,
+    argument, value); only identifiers and proper names, not free text."""
+    outside_task: bool = False
+    """A tool-call argument names something the task does not."""
+
+    @property
+    def contradicts(self) -> bool:
+        return self.answered is not None
+
+
+@dataclass
+class Provenance:
+    """Reads a run step by step and says, for each agent step, which figures it states
+    without support (see the module's docstring)."""
+
+    task: str
+    _observed: set[float] = field(default_factory=set)
+    _claimed: set[float] = field(default_factory=set)
+    _unsupported: set[float] = field(default_factory=set)
+    """Figures stated without support so far: repeating one is still unsupported."""
+    _recent: list[float] = field(default_factory=list)
+    _pending: list[tuple[str, dict[float, str]]] = field(default_factory=list)
+    """Reports since the last agent step: (who reported, its figures)."""
+    _seen_text: list[str] = field(default_factory=list)
+    """Case-folded text of every observation so far (for argument values)."""
+
+    def __post_init__(self) -> None:
+        self._observe(_figures(self.task))
+        self._seen_text.append(self.task.casefold())
+
+    def _observe(self, figures: dict[float, str]) -> None:
+        self._observed.update(figures)
+        self._remember(figures)
+
+    def _remember(self, figures: dict[float, str]) -> None:
+        for value in figures:
+            if value in self._recent:
+                self._recent.remove(value)
+            self._recent.append(value)
+        del self._recent[:-_POOL]
+
+    def _unseen_arguments(self, step: Step) -> tuple[tuple[tuple[str, str, str], ...], bool]:
+        """The step's naming arguments that nothing observed names, and whether any of
+        its naming arguments is absent from the task."""
+        arguments = _arguments(step)
+        seen = "\n".join(self._seen_text)
+        task = self._seen_text[0]
+        unseen = tuple(call for call in arguments if call[2].casefold() not in seen)
+        return unseen, any(call[2].casefold() not in task for call in arguments)
+
+    def push(self, step: Step, acting: bool) -> ValueFacts:
+        """The next step's value facts (observations carry only their call's arguments)."""
+        if step.kind in _OBSERVATION_KINDS or not acting:
+            arguments, outside = (
+                self._unseen_arguments(step) if step.kind is StepKind.TOOL else ((), False)
+            )
+            if step.tool_result:
+                self._observe(_figures(step.tool_result))
+                self._seen_text.append(step.tool_result.casefold())
+            figures = _figures(step.content)
+            self._observe(figures)
+            self._seen_text.append(step.content.casefold())
+            self._pending.append((step.tool_name or step.agent, figures))
+            return ValueFacts(unsupported_arguments=arguments, outside_task=outside)
+        arguments, outside = self._unseen_arguments(step)
+        if step.tool_result:
+            self._observe(_figures(step.tool_result))
+            self._seen_text.append(step.tool_result.casefold())
+        # Code an agent writes holds constants, not claims about the world.
+        prose = _CODE_BLOCK.sub(" ", step.content)
+        stated = _figures(" ".join(filter(None, (prose, step.tool_arguments))))
+        unsupported: dict[float, str] = {}
+        checked = 0
+        for value, token in stated.items():
+            if value in self._observed:
+                continue
+            if value not in self._unsupported and checked < _CHECKED:
+                checked += 1
+                if derivable(value, self._recent):
+                    continue
+            unsupported[value] = token
+        introduced = tuple(
+            token for value, token in unsupported.items() if value not in self._claimed
+        )
+        answered: str | None = None
+        answered_figures: tuple[str, ...] = ()
+        reports = [(who, figs) for who, figs in self._pending if figs]
+        if unsupported and reports:
+            reported = {value for _, figs in reports for value in figs}
+            if not reported & set(stated):
+                who, figs = reports[-1]
+                answered, answered_figures = who, tuple(figs.values())
+        self._claimed.update(stated)
+        self._unsupported.update(unsupported)
+        self._remember(stated)
+        self._pending = []
+        return ValueFacts(
+            tuple(unsupported.values()), introduced, answered, answered_figures, arguments, outside
+        )
+
+    def supported(self, value: float) -> bool:
+        """Whether `value` is observed so far or follows from the figures so far."""
+        return value in self._observed or derivable(value, self._recent)

@@ -1,0 +1,139 @@
+"""Value provenance and the evidence it gives: which figures an agent states that nothing
+observed supports, on runs shaped as any framework would record them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from faultfinder.attributors.base import AttributeOptions
+from faultfinder.attributors.heuristics import FirstError
+from faultfinder.attributors.learned import LearnedAttributor
+from faultfinder.attributors.learned.evidence import step_evidence
+from faultfinder.attributors.learned.features import run_features
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.attributors.provenance import Provenance, derivable
+
+
+def run(
+    *steps: tuple[str, StepKind, str],
+    final: str | None = None,
+    metadata: dict[str, object] | None = None,
+) -> Trajectory:
+    return Trajectory(
+        run_id="r",
+        task="How many people live in Oslo?",
+        final_answer=final,
+        steps=tuple(
+            Step(index=i, agent=agent, kind=kind, content=content)
+            for i, (agent, kind, content) in enumerate(steps)
+        ),
+        metadata=metadata or {},
+    )
+
+
+M, T, H = StepKind.MESSAGE, StepKind.TOOL, StepKind.HUMAN
+
+CENSUS = run(
+    ("user", H, "How many people live in Oslo?"),
+    ("Coordinator", M, "ask_researcher(question='population of Oslo')"),
+    ("Researcher", M, "census_lookup(city='Oslo')"),
+    ("census_lookup", T, "Oslo: 522,250 residents (census)"),
+    ("Researcher", M, "Oslo has 225,520 residents."),
+    ("Coordinator", M, "The population of Oslo is 225,520."),
+    final="225,520",
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (417097.0, True),  # a difference
+        (1000977.0, True),  # a sum
+        (242.87, True),  # a ratio as a percentage
+        (709.037, True),  # thousands
+        (440.6, True),  # km to miles
+        (417197.0, False),  # a slip
+        (2100000.0, False),  # made up
+    ],
+)
+def test_a_figure_is_supported_by_one_calculation_or_conversion(
+    value: float, expected: bool
+) -> None:
+    assert derivable(value, [709037.0, 291940.0, 709.1, 12.5]) is expected
+
+
+def test_a_figure_contradicting_the_tool_report_is_caught_and_named() -> None:
+    provenance = Provenance(CENSUS.task)
+    facts = [provenance.push(step, step.kind is M) for step in CENSUS.steps]
+    assert facts[4].contradicts and facts[4].answered == "census_lookup"
+    assert facts[4].unsupported == ("225,520",) == facts[4].introduced
+    assert facts[4].answered_figures == ("522,250",)
+    # The Coordinator only repeats the figure: unsupported, but not its invention.
+    assert facts[5].unsupported == ("225,520",) and facts[5].introduced == ()
+    assert not facts[1].unsupported and not facts[2].unsupported
+
+
+def test_a_relayed_or_computed_figure_is_no_evidence() -> None:
+    relayed = run(
+        ("user", H, "How many more people live in Oslo than in Bergen?"),
+        ("Researcher", M, "lookup(city='Oslo')"),
+        ("lookup", T, "709,037"),
+        ("Researcher", M, "lookup(city='Bergen')"),
+        ("lookup", T, "291,940"),
+        ("Analyst", M, "Oslo has 709,037 and Bergen 291,940: 417,097 more."),
+    )
+    evidence = step_evidence(relayed, run_features(relayed))
+    assert all(not items for items in evidence)
+
+
+def test_evidence_names_agents_tools_and_figures() -> None:
+    evidence = step_evidence(CENSUS, run_features(CENSUS))
+    top = evidence[4][0]
+    assert top.kind == "contradicts-report" and top.strength == 1.0
+    assert top.text == "Researcher stated 225,520 right after census_lookup returned 522,250"
+    assert [e.kind for e in evidence[4]][:2] == ["contradicts-report", "made-up-final-answer"]
+
+
+def test_the_learned_default_blames_the_contradicting_step_and_says_why() -> None:
+    attribution = LearnedAttributor().attribute_now(CENSUS, AttributeOptions())
+    assert (attribution.agent, attribution.step) == ("Researcher", 4)
+    assert "census_lookup returned 522,250" in attribution.reason
+    assert attribution.details["guess"] is False
+
+
+def test_without_any_evidence_the_learned_answer_says_it_is_a_guess() -> None:
+    quiet = run(
+        ("user", H, "Summarise the meeting."),
+        ("Planner", M, "Plan: read the notes, then summarise."),
+        ("Writer", M, "The meeting agreed on the budget."),
+    )
+    attribution = LearnedAttributor().attribute_now(quiet, AttributeOptions())
+    assert attribution.details["guess"] is True
+    assert attribution.reason.startswith("a guess:")
+    assert attribution.confidence <= 0.1
+
+
+def test_first_error_falls_back_to_figures_before_guessing() -> None:
+    attribution = asyncio.run(FirstError().attribute(CENSUS, AttributeOptions()))
+    assert attribution.step == 4 and attribution.details["rule"] == "contradicts-report"
+    assert "census_lookup returned 522,250" in attribution.reason
+    quiet = run(("user", H, "Hi"), ("Planner", M, "Hello."), ("Writer", M, "Done."))
+    guess = asyncio.run(FirstError().attribute(quiet, AttributeOptions()))
+    assert guess.reason.startswith("a guess:") and guess.confidence <= 0.05
+
+
+def test_a_simulated_user_in_the_roster_can_be_blamed_a_plain_user_cannot() -> None:
+    steps = (
+        ("user", H, "Exchange my order #W1 for the red keyboard."),
+        ("Assistant", M, "get_order(order_id='#W1')"),
+        ("get_order", T, "order #W1: keyboard kb-1, 89 EUR"),
+        ("user", H, "Actually, my order number is #W7 and it cost 145 EUR."),
+        ("Assistant", M, "Exchanged #W7."),
+    )
+    plain = LearnedAttributor().attribute_now(run(*steps), AttributeOptions())
+    assert plain.agent == "Assistant"
+    simulated = run(*steps, metadata={"roster": ["Assistant", "user"]})
+    with_user = LearnedAttributor().attribute_now(simulated, AttributeOptions())
+    assert "user" in with_user.details["agent_mass"]
