@@ -86,35 +86,55 @@ def step_views(
     primary: Attribution | None,
     labels: Sequence[LabelOut],
 ) -> list[StepView]:
+    """The run page's steps with their marks: the primary's culprit (and prediction set),
+    the other attributors' answers and strongest candidates, then the labels."""
     views = [StepView(step) for step in trajectory.steps]
+    if primary is not None:
+        _mark_primary(views, primary)
+    _mark_attributions(views, latest, primary)
+    _mark_labels(views, trajectory, labels)
+    return views
 
-    def mark(index: int | None, kind: str, text: str) -> None:
-        if index is not None and 0 <= index < len(views):
-            views[index].marks.append(StepMark(kind, text))
 
-    if primary is not None and primary.step is not None and primary.step < len(views):
-        views[primary.step].culprit = True
-        mark(primary.step, "culprit", f"culprit · {primary.method}")
-        if primary.prediction_set is not None:
-            lo, hi = primary.prediction_set.lo, primary.prediction_set.hi
-            for view in views[lo : hi + 1]:
-                view.in_prediction_set = True
+def _mark(views: list[StepView], index: int | None, kind: str, text: str) -> None:
+    if index is not None and 0 <= index < len(views):
+        views[index].marks.append(StepMark(kind, text))
+
+
+def _mark_primary(views: list[StepView], primary: Attribution) -> None:
+    if primary.step is None or primary.step >= len(views):
+        return
+    views[primary.step].culprit = True
+    _mark(views, primary.step, "culprit", f"culprit · {primary.method}")
+    if primary.prediction_set is not None:
+        lo, hi = primary.prediction_set.lo, primary.prediction_set.hi
+        for view in views[lo : hi + 1]:
+            view.in_prediction_set = True
+
+
+def _mark_attributions(
+    views: list[StepView], latest: Sequence[Attribution], primary: Attribution | None
+) -> None:
     for attribution in latest:
         if attribution is primary or attribution.status is not AttributionStatus.OK:
             continue
-        mark(attribution.step, "blamed", f"blamed · {attribution.method}")
+        _mark(views, attribution.step, "blamed", f"blamed · {attribution.method}")
     for attribution in latest:
         strongest = sorted(attribution.candidates, key=lambda c: -c.score)[:CANDIDATE_MARKS]
         for candidate in strongest:
             if candidate.step != attribution.step:
-                mark(candidate.step, "candidate", f"{attribution.method} {candidate.score:.2f}")
+                text = f"{attribution.method} {candidate.score:.2f}"
+                _mark(views, candidate.step, "candidate", text)
+
+
+def _mark_labels(views: list[StepView], trajectory: Trajectory, labels: Sequence[LabelOut]) -> None:
     if labels:
         label = labels[-1]
-        mark(label.step, "label", f"human label · {label.agent}")
+        _mark(views, label.step, "label", f"human label · {label.agent}")
     reference = trajectory.metadata.get("label")
     if isinstance(reference, Mapping) and isinstance(reference.get("step"), int):
-        mark(int(reference["step"]), "reference", f"reference label · {reference.get('agent')}")
-    return views
+        text = f"reference label · {reference.get('agent')}"
+        _mark(views, int(reference["step"]), "reference", text)
 
 
 def latest_per_method(
