@@ -7,8 +7,14 @@ is the click command.
 """
 
 from faultfinder.benchmarks.chaos.command import chaos_command, run_fuzz_suite
-from faultfinder.benchmarks.chaos.kills import KillChaosOutcome, KillReport, run_kill_chaos
+from faultfinder.benchmarks.chaos.kills import (
+    KillChaosOutcome,
+    KillDrill,
+    KillReport,
+    run_kill_chaos,
+)
 from faultfinder.benchmarks.chaos.overload import (
+    OverloadDrill,
     OverloadOutcome,
     OverloadReport,
     measure_capacity,
@@ -22,7 +28,9 @@ __all__ = [
     "ChaosRequest",
     "ChaosTraffic",
     "KillChaosOutcome",
+    "KillDrill",
     "KillReport",
+    "OverloadDrill",
     "OverloadOutcome",
     "OverloadReport",
     "SidecarProcess",

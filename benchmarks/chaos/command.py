@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-from faultfinder.benchmarks.chaos.kills import KillReport, run_kill_chaos
-from faultfinder.benchmarks.chaos.overload import OverloadReport, run_overload
+from faultfinder.benchmarks.chaos.kills import KillDrill, KillReport, run_kill_chaos
+from faultfinder.benchmarks.chaos.overload import OverloadDrill, OverloadReport, run_overload
 from faultfinder.benchmarks.chaos.stored_state import redacted, stored_span_count
 from faultfinder.benchmarks.sidecar import SidecarProcess
 from faultfinder.server.progress import Progress
@@ -134,67 +134,87 @@ def chaos_command(
     env = {"FAULTFINDER_PLUGINS": plugins} if plugins else {}
     if queue_spans is not None:
         env["FAULTFINDER_INGEST_QUEUE_SPANS"] = str(queue_spans)
+    kill_drill = KillDrill(
+        kills=kills,
+        duration=duration,
+        attributors=names,
+        env=env,
+        aim_at_jobs_s=aim_at_jobs,
+        seed=seed,
+    )
+    overload_drill = (
+        OverloadDrill(factor=overload_factor, duration=overload_duration)
+        if overload_factor is not None
+        else None
+    )
     urls = list(database_urls) or [f"sqlite+aiosqlite:///{base / 'chaos.db'}"]
     results: list[dict[str, Any]] = []
     ok = True
     for number, url in enumerate(urls):
         if kills:
             _require_empty(url)
-            workdir_kills = base / f"kills-{number}"
-            workdir_kills.mkdir(exist_ok=True)
-            with Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[acked]} spans acknowledged"),
-                TimeElapsedColumn(),
-                console=console,
-            ) as bar:
-                task = bar.add_task(f"kill chaos on {redacted(url)}", total=duration, acked=0)
-
-                def advance(elapsed: float, acked: int, task: TaskID = task) -> None:
-                    bar.update(task, completed=elapsed, acked=acked)
-
-                outcome = run_kill_chaos(
-                    url,
-                    workdir_kills,
-                    kills=kills,
-                    duration=duration,
-                    attributors=names,
-                    env=env,
-                    aim_at_jobs_s=aim_at_jobs,
-                    seed=seed,
-                    progress=advance,
-                )
-            results.append({"scenario": "kills", **dataclasses.asdict(outcome.report)})
-            ok &= outcome.report.ok
-            if not as_json:
-                click.echo(f"== kill chaos ({redacted(url)})")
-                for line in _report_lines(outcome.report):
-                    click.echo(line)
-        if overload_factor is not None:
-            workdir_overload = base / f"overload-{number}"
-            workdir_overload.mkdir(exist_ok=True)
-            with SidecarProcess(url, workdir_overload, env=env) as sidecar:
-                console.print(f"overload: measuring capacity of {sidecar.url} …")
-                report = run_overload(
-                    sidecar.url,
-                    server_pid=sidecar.pid,
-                    database_url=url,
-                    factor=overload_factor,
-                    duration=overload_duration,
-                ).report
-            results.append({"scenario": "overload", **dataclasses.asdict(report)})
-            ok &= report.ok
-            if not as_json:
-                click.echo(f"== overload ({redacted(url)})")
-                for line in _report_lines(report):
-                    click.echo(line)
+            workdir_kills = _subfolder(base, f"kills-{number}")
+            kill_report = _kill_drill(url, workdir_kills, kill_drill, console)
+            ok &= _record(results, "kills", "kill chaos", url, kill_report, as_json)
+        if overload_drill is not None:
+            workdir_overload = _subfolder(base, f"overload-{number}")
+            report = _overload_drill(url, workdir_overload, env, overload_drill, console)
+            ok &= _record(results, "overload", "overload", url, report, as_json)
     if fuzz is not None:
         ok &= run_fuzz_suite(fuzz) == 0
     if as_json:
         click.echo(json.dumps(results, indent=2, default=str))
     if not ok:
         sys.exit(1)
+
+
+def _record(
+    results: list[dict[str, Any]],
+    scenario: str,
+    title: str,
+    url: str,
+    report: KillReport | OverloadReport,
+    as_json: bool,
+) -> bool:
+    """Keep `report` for the JSON output, or print it now; whether it passed."""
+    results.append({"scenario": scenario, **dataclasses.asdict(report)})
+    if not as_json:
+        click.echo(f"== {title} ({redacted(url)})")
+        for line in _report_lines(report):
+            click.echo(line)
+    return report.ok
+
+
+def _subfolder(base: Path, name: str) -> Path:
+    folder = base / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _kill_drill(url: str, workdir: Path, drill: KillDrill, console: Console) -> KillReport:
+    """One kill-chaos run on `url`, with a progress bar."""
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[acked]} spans acknowledged"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task(f"kill chaos on {redacted(url)}", total=drill.duration, acked=0)
+
+        def advance(elapsed: float, acked: int) -> None:
+            bar.update(task, completed=elapsed, acked=acked)
+
+        return run_kill_chaos(url, workdir, drill, progress=advance).report
+
+
+def _overload_drill(
+    url: str, workdir: Path, env: dict[str, str], drill: OverloadDrill, console: Console
+) -> OverloadReport:
+    """One overload run against a sidecar started on `url`."""
+    with SidecarProcess(url, workdir, env=env) as sidecar:
+        console.print(f"overload: measuring capacity of {sidecar.url} …")
+        return run_overload(sidecar.url, drill, server_pid=sidecar.pid, database_url=url).report
 
 
 FUZZ_SUITE = Path(__file__).resolve().parents[2] / "tests" / "integration" / "test_fuzz.py"

@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 
 from faultfinder.benchmarks.chaos.sending import SendTally, send_until_acknowledged
-from faultfinder.benchmarks.chaos.stored_state import read_stored_state, redacted
+from faultfinder.benchmarks.chaos.stored_state import StoredState, read_stored_state, redacted
 from faultfinder.benchmarks.chaos.traffic import ChaosTraffic, SpanKey
 from faultfinder.benchmarks.sidecar import SidecarProcess
 
-__all__ = ["FAST_LIFECYCLE", "KillChaosOutcome", "KillReport", "run_kill_chaos"]
+__all__ = ["FAST_LIFECYCLE", "KillChaosOutcome", "KillDrill", "KillReport", "run_kill_chaos"]
 
 FAST_LIFECYCLE = {
     "FAULTFINDER_QUIET_PERIOD": "0.5",
@@ -31,6 +31,28 @@ FAST_LIFECYCLE = {
     "FAULTFINDER_JOB_BACKOFF": "0.2",
 }
 """Settings that let a chaos run settle in seconds rather than minutes."""
+
+
+@dataclass(frozen=True)
+class KillDrill:
+    """How one kill-chaos run goes: how often and how long, the load, the sidecar's setup."""
+
+    kills: int = 3
+    duration: float = 30.0
+    """Seconds of ingest; the time spent restarting does not count."""
+    concurrency: int = 4
+    """Senders posting at the same time."""
+    attributors: Sequence[str] = ("first_error",)
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment of the sidecar, over `FAST_LIFECYCLE`."""
+    aim_at_jobs_s: float = 0.0
+    """Each kill waits up to this long for a moment when an attribution job is running,
+    so that kills interrupt jobs."""
+    failed_interval_s: float = 1.0
+    """Seconds between failed runs in the traffic (each gets attribution jobs)."""
+    settle_timeout: float = 120.0
+    seed: int | None = None
+    """Seed of the kill moments and the traffic (default: a random one, reported)."""
 
 
 @dataclass
@@ -182,38 +204,30 @@ async def _await_settled(
 def run_kill_chaos(
     database_url: str,
     workdir: Path,
+    drill: KillDrill | None = None,
     *,
-    kills: int = 3,
-    duration: float = 30.0,
-    concurrency: int = 4,
-    attributors: Sequence[str] = ("first_error",),
-    env: Mapping[str, str] | None = None,
-    aim_at_jobs_s: float = 0.0,
-    failed_interval_s: float = 1.0,
-    settle_timeout: float = 120.0,
-    seed: int | None = None,
     progress: Callable[[float, int], None] | None = None,
 ) -> KillChaosOutcome:
-    """Send distinct runs into a sidecar for `duration` seconds, SIGKILL it `kills` times at
-    random moments (restarting it on the same database), then compare acknowledged spans
-    with stored ones and attribution jobs enqueued with jobs finished.
+    """Send distinct runs into a sidecar for `drill.duration` seconds, SIGKILL it
+    `drill.kills` times at random moments (restarting it on the same database), then compare
+    acknowledged spans with stored ones and attribution jobs enqueued with jobs finished.
 
-    The database must be empty. With `aim_at_jobs_s`, each kill waits up to that long for a
-    moment when an attribution job is running, so that kills interrupt jobs.
+    The database must be empty.
     """
-    seed = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    drill = drill or KillDrill()
+    seed = drill.seed if drill.seed is not None else int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
     report = KillReport(
-        database=redacted(database_url), kills=kills, duration_s=duration, seed=seed
+        database=redacted(database_url), kills=drill.kills, duration_s=drill.duration, seed=seed
     )
     tally = SendTally()
     environment = {
         **FAST_LIFECYCLE,
-        "FAULTFINDER_ATTRIBUTORS": ",".join(attributors),
+        "FAULTFINDER_ATTRIBUTORS": ",".join(drill.attributors),
         "FAULTFINDER_WORKERS": "1",
-        **(env or {}),
+        **drill.env,
     }
-    traffic = ChaosTraffic(failed_interval_s=failed_interval_s, seed=rng.getrandbits(64))
+    traffic = ChaosTraffic(failed_interval_s=drill.failed_interval_s, seed=rng.getrandbits(64))
     sidecar = SidecarProcess(database_url, workdir, env=environment)
     started = time.monotonic()
     sidecar.start()
@@ -224,15 +238,15 @@ def run_kill_chaos(
                 traffic,
                 report,
                 tally,
-                concurrency=concurrency,
+                concurrency=drill.concurrency,
                 rng=rng,
-                aim_at_jobs_s=aim_at_jobs_s,
+                aim_at_jobs_s=drill.aim_at_jobs_s,
                 progress=progress or (lambda _elapsed, _acked: None),
             )
         )
         settling = time.monotonic()
         report.settled, errors = asyncio.run(
-            _await_settled(sidecar.url, attributors, settle_timeout)
+            _await_settled(sidecar.url, drill.attributors, drill.settle_timeout)
         )
         report.settle_s = time.monotonic() - settling
         report.errors.extend(errors)
@@ -240,6 +254,14 @@ def run_kill_chaos(
         sidecar.stop()
     report.wall_s = time.monotonic() - started
     state = asyncio.run(read_stored_state(database_url))
+    _count(report, tally, state, drill.attributors)
+    return KillChaosOutcome(report, tally.acknowledged, tally.interrupted)
+
+
+def _count(
+    report: KillReport, tally: SendTally, state: StoredState, attributors: Sequence[str]
+) -> None:
+    """Fill `report` from what the senders were told and what the database holds."""
     report.requests_acknowledged = tally.requests_acknowledged
     report.spans_acknowledged = len(tally.acknowledged)
     report.spans_stored = len(state.spans)
@@ -262,4 +284,3 @@ def run_kill_chaos(
     report.duplicate_attributions = sum(1 for n in state.attributions.values() if n > 1)
     report.runs_by_status = state.runs_by_status
     report.errors.extend(tally.errors)
-    return KillChaosOutcome(report, tally.acknowledged, tally.interrupted)

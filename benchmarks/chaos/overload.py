@@ -19,6 +19,7 @@ from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb
 from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE
 
 __all__ = [
+    "OverloadDrill",
     "OverloadOutcome",
     "OverloadReport",
     "measure_capacity",
@@ -87,6 +88,25 @@ class OverloadReport:
         )
 
 
+@dataclass(frozen=True)
+class OverloadDrill:
+    """How hard and how long one overload run pushes."""
+
+    factor: float = 2.0
+    """Offered load as a multiple of the capacity."""
+    duration: float = 10.0
+    """Seconds of overload."""
+    capacity: float | None = None
+    """Acknowledged spans per second the sidecar manages (default: measured first)."""
+    capacity_seconds: float = 5.0
+    """Seconds spent measuring the capacity."""
+    runs_per_request: int = 4
+    sdk_batches: int = 10
+    """Batches the OpenTelemetry SDK exporter sends alongside the retrying senders."""
+    max_in_flight: int = 256
+    """Connections the retrying senders may hold open."""
+
+
 @dataclass
 class OverloadOutcome:
     report: OverloadReport
@@ -144,90 +164,125 @@ def _export_with_sdk(url: str, batches: Sequence[Sequence[ReadableSpan]]) -> lis
         exporter.shutdown()  # type: ignore[no-untyped-call]
 
 
-async def _overload(
-    url: str,
-    traffic: ChaosTraffic,
-    report: OverloadReport,
-    tally: SendTally,
-    offered: set[SpanKey],
-    exporter_offered: set[SpanKey],
-    *,
-    sdk_batches: Sequence[Sequence[ReadableSpan]],
-    max_in_flight: int,
-    server_pid: int | None = None,
-) -> None:
-    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=64)
-    timeout = httpx.Timeout(120.0, pool=None)
-    async with (
-        httpx.AsyncClient(timeout=timeout, limits=limits) as client,
-        # Expire idle connections before the server's 5 s keep-alive timeout, so that a
-        # failed probe means the server failed, not a race over a closing connection.
-        httpx.AsyncClient(timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)) as query_client,
-    ):
-        baseline = await _stored_spans(query_client, url)
-        stop_queries = asyncio.Event()
-        latencies: list[float] = []
+@dataclass
+class _Overload:
+    """One overload run against the sidecar at `url`: the paced senders, the SDK exporter,
+    the query prober and the memory sampler, and what they saw."""
 
-        async def query_prober() -> None:
-            while not stop_queries.is_set():
-                started = time.perf_counter()
-                try:
-                    answer = await query_client.get(f"{url}/api/runs", params={"limit": 5})
-                    if answer.status_code != 200:
-                        report.query_failures += 1
-                        tally.note(f"GET /api/runs → {answer.status_code}")
-                except httpx.HTTPError as error:
-                    report.query_failures += 1
-                    tally.note(f"GET /api/runs failed: {type(error).__name__}: {error}")
-                latencies.append(time.perf_counter() - started)
-                report.queries += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop_queries.wait(), 0.25)
+    url: str
+    traffic: ChaosTraffic
+    report: OverloadReport
+    sdk_batches: Sequence[Sequence[ReadableSpan]]
+    max_in_flight: int
+    server_pid: int | None = None
+    tally: SendTally = field(default_factory=SendTally)
+    offered: set[SpanKey] = field(default_factory=set)
+    exporter_offered: set[SpanKey] = field(default_factory=set)
+    latencies: list[float] = field(default_factory=list)
 
-        async def rss_sampler(pid: int) -> None:
-            while True:
-                rss = process_memory_kb(pid).get("VmRSS")
-                if rss is not None:
-                    report.rss_samples_mb.append(round(rss / 1024, 1))
-                await asyncio.sleep(report.rss_interval_s)
+    async def run(self) -> None:
+        url, report = self.url, self.report
+        limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=64)
+        timeout = httpx.Timeout(120.0, pool=None)
+        async with (
+            httpx.AsyncClient(timeout=timeout, limits=limits) as client,
+            # Expire idle connections before the server's 5 s keep-alive timeout, so that a
+            # failed probe means the server failed, not a race over a closing connection.
+            httpx.AsyncClient(
+                timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)
+            ) as query_client,
+        ):
+            baseline = await _stored_spans(query_client, url)
+            stop_queries = asyncio.Event()
+            sampler = (
+                asyncio.create_task(self._sample_rss(self.server_pid)) if self.server_pid else None
+            )
+            prober = asyncio.create_task(self._probe_queries(query_client, stop_queries))
+            exporting = asyncio.create_task(
+                asyncio.to_thread(_export_with_sdk, url, self.sdk_batches)
+            )
+            in_flight, sending_ended = await self._offer(client)
+            if in_flight:
+                await asyncio.gather(*in_flight)
+            results = await exporting
+            report.recovery_s = time.monotonic() - sending_ended
+            stop_queries.set()
+            await prober
+            self._count_exported(results)
+            await self._check_recovered(client, query_client, baseline)
+            if sampler is not None:
+                sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
+            ordered = sorted(self.latencies)
+            if ordered:
+                report.query_p50_ms = ordered[len(ordered) // 2] * 1000
+                report.query_max_ms = ordered[-1] * 1000
 
-        sampler = asyncio.create_task(rss_sampler(server_pid)) if server_pid else None
-        prober = asyncio.create_task(query_prober())
-        exporting = asyncio.create_task(asyncio.to_thread(_export_with_sdk, url, sdk_batches))
+    async def _offer(self, client: httpx.AsyncClient) -> tuple[set[asyncio.Task[bool]], float]:
+        """Send at `factor` × capacity for `duration` seconds, each request retried until
+        acknowledged; returns the requests still in flight and when sending ended."""
+        report = self.report
         in_flight: set[asyncio.Task[bool]] = set()
         rate = report.capacity_spans_per_s * report.factor
         started = time.monotonic()
         next_send = started
         first_attempts = 0
         while time.monotonic() - started < report.duration_s:
-            request = traffic.next_request()
+            request = self.traffic.next_request()
             next_send += len(request.spans) / rate
             await asyncio.sleep(max(0.0, next_send - time.monotonic()))
-            offered.update(request.spans)
+            self.offered.update(request.spans)
             first_attempts += len(request.spans)
             task = asyncio.create_task(
                 send_until_acknowledged(
-                    client, f"{url}/v1/traces", request, tally, retry_in_flight=True
+                    client, f"{self.url}/v1/traces", request, self.tally, retry_in_flight=True
                 )
             )
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
         sending_ended = time.monotonic()
         report.offered_spans_per_s = first_attempts / (sending_ended - started)
-        if in_flight:
-            await asyncio.gather(*in_flight)
-        results = await exporting
-        report.recovery_s = time.monotonic() - sending_ended
-        stop_queries.set()
-        await prober
-        report.exporter_batches = len(results)
-        report.exporter_failures = results.count(False)
-        for batch, ok in zip(sdk_batches, results, strict=True):
-            exporter_offered.update(span_keys(batch))
+        return in_flight, sending_ended
+
+    async def _probe_queries(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        report = self.report
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                answer = await client.get(f"{self.url}/api/runs", params={"limit": 5})
+                if answer.status_code != 200:
+                    report.query_failures += 1
+                    self.tally.note(f"GET /api/runs → {answer.status_code}")
+            except httpx.HTTPError as error:
+                report.query_failures += 1
+                self.tally.note(f"GET /api/runs failed: {type(error).__name__}: {error}")
+            self.latencies.append(time.perf_counter() - started)
+            report.queries += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.25)
+
+    async def _sample_rss(self, pid: int) -> None:
+        while True:
+            rss = process_memory_kb(pid).get("VmRSS")
+            if rss is not None:
+                self.report.rss_samples_mb.append(round(rss / 1024, 1))
+            await asyncio.sleep(self.report.rss_interval_s)
+
+    def _count_exported(self, results: Sequence[bool]) -> None:
+        self.report.exporter_batches = len(results)
+        self.report.exporter_failures = results.count(False)
+        for batch, ok in zip(self.sdk_batches, results, strict=True):
+            self.exporter_offered.update(span_keys(batch))
             if ok:
-                tally.acknowledged.update(span_keys(batch))
-                report.exporter_spans_acknowledged += len(batch)
-        # Recovered: the queue drains and a fresh request goes through at the first attempt.
+                self.tally.acknowledged.update(span_keys(batch))
+                self.report.exporter_spans_acknowledged += len(batch)
+
+    async def _check_recovered(
+        self, client: httpx.AsyncClient, query_client: httpx.AsyncClient, baseline: int
+    ) -> None:
+        """Recovered: the queue drains and a fresh request goes through at the first attempt."""
+        url, report = self.url, self.report
         drained = False
         deadline = time.monotonic() + 60
         while not drained and time.monotonic() < deadline:
@@ -237,70 +292,53 @@ async def _overload(
             if not drained:
                 await asyncio.sleep(0.1)
         report.spans_stored = await _stored_spans(query_client, url) - baseline
-        probe = traffic.next_request()
+        probe = self.traffic.next_request()
         fresh = await client.post(
             f"{url}/v1/traces", content=probe.body, headers={"content-type": PROTOBUF_CONTENT_TYPE}
         )
         report.recovered = drained and fresh.status_code == 200
-        if sampler is not None:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
-        ordered = sorted(latencies)
-        if ordered:
-            report.query_p50_ms = ordered[len(ordered) // 2] * 1000
-            report.query_max_ms = ordered[-1] * 1000
 
 
 def run_overload(
     url: str,
+    drill: OverloadDrill | None = None,
     *,
     server_pid: int | None = None,
     database_url: str | None = None,
-    capacity: float | None = None,
-    factor: float = 2.0,
-    duration: float = 10.0,
-    runs_per_request: int = 4,
-    capacity_seconds: float = 5.0,
-    sdk_batches: int = 10,
-    max_in_flight: int = 256,
 ) -> OverloadOutcome:
-    """Offer `factor` × capacity spans/s of realistic agent runs for `duration` seconds to
-    the sidecar at `url`, then wait until every request is acknowledged.
+    """Offer `drill.factor` × capacity spans/s of realistic agent runs for `drill.duration`
+    seconds to the sidecar at `url`, then wait until every request is acknowledged.
 
     The senders retry 429/503 after Retry-After (with jitter) until acknowledged, like an
-    exporter with unbounded retries; an OpenTelemetry SDK exporter sends `sdk_batches`
+    exporter with unbounded retries; an OpenTelemetry SDK exporter sends `drill.sdk_batches`
     batches meanwhile (it gives up after 6 tries: reported, not required to succeed);
     GET /api/runs is probed every 0.25 s. Capacity is measured first unless given. With
     `database_url`, acknowledged spans are checked against the database one by one.
     """
+    drill = drill or OverloadDrill()
     traffic = ChaosTraffic(
-        runs_per_request=runs_per_request, failed_interval_s=None, realistic=True
+        runs_per_request=drill.runs_per_request, failed_interval_s=None, realistic=True
     )
+    capacity = drill.capacity
     if capacity is None:
-        capacity = measure_capacity(url, traffic, seconds=capacity_seconds)
-    report = OverloadReport(capacity_spans_per_s=capacity, factor=factor, duration_s=duration)
+        capacity = measure_capacity(url, traffic, seconds=drill.capacity_seconds)
+    report = OverloadReport(
+        capacity_spans_per_s=capacity, factor=drill.factor, duration_s=drill.duration
+    )
     if server_pid is not None:
         rss = process_memory_kb(server_pid).get("VmRSS")
         report.baseline_rss_mb = rss / 1024 if rss is not None else None
-    batches = [traffic.exporter_batch() for _ in range(sdk_batches)]
-    tally = SendTally()
-    offered: set[SpanKey] = set()
-    exporter_offered: set[SpanKey] = set()
-    asyncio.run(
-        _overload(
-            url,
-            traffic,
-            report,
-            tally,
-            offered,
-            exporter_offered,
-            sdk_batches=batches,
-            max_in_flight=max_in_flight,
-            server_pid=server_pid,
-        )
+    overload = _Overload(
+        url,
+        traffic,
+        report,
+        sdk_batches=[traffic.exporter_batch() for _ in range(drill.sdk_batches)],
+        max_in_flight=drill.max_in_flight,
+        server_pid=server_pid,
     )
-    report.spans_offered = len(offered) + len(exporter_offered)
+    asyncio.run(overload.run())
+    tally = overload.tally
+    report.spans_offered = len(overload.offered) + len(overload.exporter_offered)
     report.spans_acknowledged = len(tally.acknowledged)
     report.spans_given_up = len(tally.given_up)
     if database_url is not None:
@@ -317,4 +355,4 @@ def run_overload(
         report.server_alive = bool(memory)
         hwm = memory.get("VmHWM")
         report.peak_rss_mb = hwm / 1024 if hwm is not None else None
-    return OverloadOutcome(report, tally.acknowledged, offered, exporter_offered)
+    return OverloadOutcome(report, tally.acknowledged, overload.offered, overload.exporter_offered)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from faultfinder.benchmarks.chaos import run_kill_chaos
+from faultfinder.benchmarks.chaos import KillDrill, run_kill_chaos
 from faultfinder.server.db.engine import create_engine
 from tests.integration.sidecar import ROOT
 
@@ -44,9 +44,7 @@ def test_sigkill_under_ingest_loses_no_acknowledged_span_and_jobs_resume(
     database_url: str, tmp_path: Path
 ) -> None:
     executions = tmp_path / "executions.txt"
-    outcome = run_kill_chaos(
-        database_url,
-        tmp_path,
+    drill = KillDrill(
         kills=3,
         duration=10,
         attributors=["counting"],
@@ -61,6 +59,7 @@ def test_sigkill_under_ingest_loses_no_acknowledged_span_and_jobs_resume(
         failed_interval_s=1.0,
         settle_timeout=90,
     )
+    outcome = run_kill_chaos(database_url, tmp_path, drill)
     report = outcome.report
     assert report.settled, report.errors
     assert len(report.restart_seconds) == 3  # killed and restarted three times

@@ -16,7 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from faultfinder.benchmarks.chaos import ChaosTraffic, read_stored_state, run_overload
+from faultfinder.benchmarks.chaos import (
+    ChaosTraffic,
+    OverloadDrill,
+    read_stored_state,
+    run_overload,
+)
 from tests.integration.sidecar import running_sidecar
 
 QUEUE_SPANS = 500
@@ -37,11 +42,9 @@ def test_twice_the_capacity_is_shed_with_503_and_nothing_acknowledged_is_lost(
     ) as sidecar:
         outcome = run_overload(
             sidecar.url,
+            OverloadDrill(factor=2.0, duration=8, capacity_seconds=4),
             server_pid=sidecar.process.pid,
             database_url=sqlite_database_url,
-            factor=2.0,
-            duration=8,
-            capacity_seconds=4,
         )
         report = outcome.report
         assert sidecar.process.poll() is None, sidecar.log()[-3000:]  # it did not crash
