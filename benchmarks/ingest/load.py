@@ -61,15 +61,23 @@ class Verify(StrEnum):
 
 
 class SendOptions(TypedDict, total=False):
-    """How `run_ingest` sends and what it measures; the defaults are `run_ingest`'s."""
+    """How `run_ingest` sends and what it measures."""
 
     concurrency: int
+    """Connections sending at the same time (default `DEFAULT_CONCURRENCY`)."""
     verify: Verify | str
+    """How to check that accepted spans were stored (default `Verify.NONE`)."""
     timeout: float
+    """Seconds per request (default 30)."""
     settle_timeout: float
+    """With `Verify.FAULTFINDER`: give up once the stored count has not grown for this
+    long (default 30 s)."""
     max_retries: int
+    """Retries of a throttled request before its spans count as rejected (default 20)."""
     headers: Mapping[str, str] | None
+    """Extra headers of every request."""
     server_pid: int | None
+    """The server's process, whose memory is sampled (same machine only)."""
 
 
 def rejected_spans(response: httpx.Response) -> int:
@@ -178,25 +186,23 @@ async def run_ingest(
     to: str,
     requests: Sequence[PreparedRequest],
     *,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    verify: Verify | str = Verify.NONE,
-    timeout: float = 30.0,
-    settle_timeout: float = 30.0,
-    max_retries: int = 20,
-    headers: Mapping[str, str] | None = None,
-    server_pid: int | None = None,
     progress: Progress | None = None,
+    **send: Unpack[SendOptions],
 ) -> IngestReport:
     """POST `requests` to `to`'s OTLP/HTTP endpoint over `concurrency` connections and measure."""
     if not requests:
         raise ValueError("no requests to send")
-    verify = Verify(verify)
+    verify = Verify(send.get("verify", Verify.NONE))
+    concurrency = send.get("concurrency", DEFAULT_CONCURRENCY)
+    server_pid = send.get("server_pid")
     url = traces_url(to)
     base = url.removesuffix("/v1/traces")
     report = _empty_report(url, requests, concurrency)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout), limits=limits, headers=dict(headers or {})
+        timeout=httpx.Timeout(send.get("timeout", 30.0)),
+        limits=limits,
+        headers=dict(send.get("headers") or {}),
     ) as client:
         baseline: int | None = None
         stages_before: dict[str, Histogram] = {}
@@ -217,7 +223,7 @@ async def run_ingest(
         task = None
         if progress is not None:
             task = progress.add_task("sending", total=report.spans_requested, accepted=0)
-        run = _Run(client, url, requests, report, max_retries, progress, task)
+        run = _Run(client, url, requests, report, send.get("max_retries", 20), progress, task)
         started = time.perf_counter()
         await asyncio.gather(*(run.sender() for _ in range(max(1, concurrency))))
         report.send_seconds = time.perf_counter() - started
@@ -233,7 +239,7 @@ async def run_ingest(
                 report,
                 baseline,
                 started,
-                settle_timeout,
+                send.get("settle_timeout", 30.0),
                 progress,
             )
             if stages_before:
@@ -244,11 +250,15 @@ async def run_ingest(
 
     report.client_peak_rss_mb = client_peak_rss_mb()
     if server_pid is not None:
-        hwm = process_memory_kb(server_pid).get("VmHWM")
-        report.server_peak_rss_mb = hwm / 1024 if hwm is not None else None
-        if hwm is None and report.server_sampled_peak_rss_mb is None:
-            report.errors.append(f"/proc/{server_pid}/status is not readable")
+        _note_server_peak(report, server_pid)
     return report
+
+
+def _note_server_peak(report: IngestReport, server_pid: int) -> None:
+    hwm = process_memory_kb(server_pid).get("VmHWM")
+    report.server_peak_rss_mb = hwm / 1024 if hwm is not None else None
+    if hwm is None and report.server_sampled_peak_rss_mb is None:
+        report.errors.append(f"/proc/{server_pid}/status is not readable")
 
 
 def _empty_report(url: str, requests: Sequence[PreparedRequest], concurrency: int) -> IngestReport:
