@@ -1,11 +1,9 @@
-"""Realistic multi-agent OTLP traces, encoded ahead of time for `faultfinder bench ingest`.
-
-Also holds the OTLP/JSON encoding (hex ids, integer enums) shared with `bench replay`.
-"""
+"""Realistic multi-agent OTLP traces, encoded ahead of time for `faultfinder bench ingest`,
+and what the benchmarks' OTLP/HTTP clients share (content types, the endpoint's URL,
+Retry-After)."""
 
 from __future__ import annotations
 
-import base64
 import datetime
 import email.utils
 import functools
@@ -19,16 +17,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import orjson
-from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from faultfinder import conventions as c
+from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 
 OTLP_TRACES_PATH = "/v1/traces"
 """Path of the OTLP/HTTP traces endpoint, relative to the server's base URL."""
@@ -37,9 +33,6 @@ JSON_CONTENT_TYPE = "application/json"
 
 BENCH_SERVICE_NAME = "faultfinder-bench-agents"
 _SCOPE = InstrumentationScope("faultfinder.benchmarks.otlp_traces", "0.1.0")
-
-# OTLP/JSON writes these bytes fields as hex, where proto3 JSON would write base64.
-_ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
 class BodyFormat(StrEnum):
@@ -73,48 +66,6 @@ def retry_after_seconds(value: str | None, *, default: float, cap: float = 60.0)
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return min(max(when.timestamp() - time.time(), 0.0), cap)
-
-
-# --- OTLP/JSON ----------------------------------------------------------------------
-
-
-def _map_ids(node: Any, convert: Callable[[str], str]) -> Any:
-    """`node` with every trace/span id string passed through `convert`."""
-    if isinstance(node, dict):
-        return {
-            key: convert(value)
-            if key in _ID_FIELDS and isinstance(value, str)
-            else _map_ids(value, convert)
-            for key, value in node.items()
-        }
-    if isinstance(node, list):
-        return [_map_ids(item, convert) for item in node]
-    return node
-
-
-def _base64_to_hex(value: str) -> str:
-    return base64.b64decode(value).hex()
-
-
-def _hex_to_base64(value: str) -> str:
-    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
-
-
-def request_to_otlp_json(request: ExportTraceServiceRequest) -> bytes:
-    """OTLP/JSON body of `request`: lowerCamelCase keys, hex trace/span ids, integer enums."""
-    as_dict = json_format.MessageToDict(request, use_integers_for_enums=True)
-    return orjson.dumps(_map_ids(as_dict, _base64_to_hex))
-
-
-def otlp_json_to_request(body: bytes | str) -> ExportTraceServiceRequest:
-    """Parse an OTLP/JSON body (hex ids) into the protobuf message.
-
-    Raises ValueError (json_format.ParseError or a bad hex id) when the body is not OTLP/JSON.
-    """
-    document = json.loads(body)
-    request = ExportTraceServiceRequest()
-    json_format.Parse(json.dumps(_map_ids(document, _hex_to_base64)), request)
-    return request
 
 
 # --- SDK spans ---------------------------------------------------------------------

@@ -8,12 +8,10 @@ agent-framework run, for tests that need a realistic trace without writing one.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from google.protobuf import json_format
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -27,6 +25,7 @@ from faultfinder import conventions as c
 from faultfinder.attributors.model import Trajectory
 from faultfinder.server.otlp.decode import decode_protobuf
 from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 
 MS = 1_000_000
 """One millisecond in nanoseconds."""
@@ -86,7 +85,7 @@ def protobuf_body(spans: Sequence[ReadableSpan]) -> bytes:
 
 def json_body(spans: Sequence[ReadableSpan]) -> bytes:
     """An OTLP/JSON request body: camelCase, integer enums, hex trace and span ids."""
-    return request_json(export_request(spans))
+    return request_to_otlp_json(export_request(spans))
 
 
 def span_records(spans: Sequence[ReadableSpan], *, project: str | None = None) -> list[SpanRecord]:
@@ -94,19 +93,6 @@ def span_records(spans: Sequence[ReadableSpan], *, project: str | None = None) -
     batch = decode_protobuf(protobuf_body(spans), project_header=project)
     assert batch.rejected == 0, batch.error_message
     return batch.spans
-
-
-def request_json(request: ExportTraceServiceRequest) -> bytes:
-    """OTLP/JSON for a request message (protobuf's JSON mapping, with ids turned to hex)."""
-    document = json_format.MessageToDict(request, use_integers_for_enums=True)
-    for resource_spans in document.get("resourceSpans", []):
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
-                for holder in (span, *span.get("links", [])):
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if key in holder:
-                            holder[key] = base64.b64decode(holder[key]).hex()
-    return json.dumps(document).encode()
 
 
 def output_messages(text: str, *, role: str = "assistant") -> str:

@@ -8,16 +8,12 @@ marker rather than refusing the request (an agent's giant tool output is still a
 
 from __future__ import annotations
 
-import base64
-import json
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
-from google.protobuf.message import Error as ProtobufError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -28,6 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from faultfinder import conventions as c
 from faultfinder.server.errors import BodyTooLargeError, DecodeError, UnsupportedEncodingError
 from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord, StatusCode
+from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_request_json
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -62,20 +59,6 @@ _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
 _MAX_REASONS = 3
 """Distinct rejection reasons quoted in the partial-success message."""
-
-# Exceptions that the protobuf and JSON parsers (and our walk over their output) raise
-# on hostile input; all of them mean "this body cannot be decoded".
-_GARBAGE = (
-    ProtobufError,
-    json_format.ParseError,
-    ValueError,
-    TypeError,
-    KeyError,
-    IndexError,
-    AttributeError,
-    RecursionError,
-    OverflowError,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +180,7 @@ def decode_protobuf(
         message = ExportTraceServiceRequest.FromString(body)
     except ProtobufDecodeError as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc}") from None
-    except _GARBAGE as exc:
+    except UNDECODABLE as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc!r}") from None
     return decode_request(
         message,
@@ -215,27 +198,8 @@ def decode_json(
     max_value_depth: int = MAX_VALUE_DEPTH,
 ) -> DecodedBatch:
     """Decode an OTLP/JSON `ExportTraceServiceRequest` (hex ids, camelCase, int64 as strings)."""
-    try:
-        document = json.loads(body)
-    except RecursionError:
-        raise DecodeError("invalid JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise DecodeError(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise DecodeError(
-            f"invalid OTLP/JSON: expected an object at the top level, got {type(document).__name__}"
-        )
-    _hex_ids_to_base64(document)
-    message = ExportTraceServiceRequest()
-    try:
-        # OTLP/JSON receivers must ignore unknown fields (forward compatibility).
-        json_format.ParseDict(document, message, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
-    except _GARBAGE as exc:
-        raise DecodeError(f"invalid OTLP/JSON: {exc!r}") from None
     return decode_request(
-        message,
+        parse_request_json(body),
         project_header=project_header,
         max_value_bytes=max_value_bytes,
         max_value_depth=max_value_depth,
@@ -273,7 +237,7 @@ def decode_request(
                     spans.append(
                         _span_record(span, resource_attributes, scope_name, project, limits)
                     )
-    except _GARBAGE as exc:
+    except UNDECODABLE as exc:
         raise DecodeError(f"invalid ExportTraceServiceRequest: {exc!r}") from None
     rejected = sum(reasons.values())
     return DecodedBatch(
@@ -399,50 +363,6 @@ def _any_value(value: AnyValue, limits: _ValueLimits, depth: int) -> AttributeVa
     if which == "bytes_value":
         return limits.raw(value.bytes_value)
     return None
-
-
-# --- OTLP/JSON ids ----------------------------------------------------------------------
-
-_SPAN_ID_FIELDS = ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id")
-
-
-def _hex_ids_to_base64(document: dict[str, Any]) -> None:
-    """Rewrite OTLP/JSON's hex ids into the base64 that protobuf's JSON mapping expects."""
-    for r, resource_spans in enumerate(_items(document, "resourceSpans", "resource_spans")):
-        scopes = _items(resource_spans, "scopeSpans", "scope_spans")
-        for s, scope_spans in enumerate(scopes):
-            for n, span in enumerate(_items(scope_spans, "spans")):
-                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{n}]"
-                _rewrite_ids(span, where)
-                for k, link in enumerate(_items(span, "links")):
-                    _rewrite_ids(link, f"{where}.links[{k}]")
-
-
-def _items(container: object, *keys: str) -> list[Any]:
-    # Wrong shapes are left for ParseDict to report with its own precise message.
-    if not isinstance(container, dict):
-        return []
-    for key in keys:
-        value = container.get(key)
-        if isinstance(value, list):
-            return value
-    return []
-
-
-def _rewrite_ids(obj: object, where: str) -> None:
-    if not isinstance(obj, dict):
-        return
-    for key in _SPAN_ID_FIELDS:
-        value = obj.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise DecodeError(f"{where}.{key}: expected a hex string, got {type(value).__name__}")
-        try:
-            raw = bytes.fromhex(value)
-        except ValueError:
-            raise DecodeError(f"{where}.{key}: {value[:40]!r} is not a hex id") from None
-        obj[key] = base64.b64encode(raw).decode("ascii")
 
 
 # --- replies ----------------------------------------------------------------------------

@@ -45,10 +45,11 @@ from faultfinder.server.otlp.decode import (
     decompress,
 )
 from faultfinder.server.otlp.model import AttributeValue
+from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 from tests.integration.conftest import DIALECTS
 from tests.integration.conftest import _postgres_database as postgres_database
 from tests.integration.sidecar import Sidecar, running_sidecar
-from tests.otlp_helpers import framework_spans, json_body, protobuf_body, request_json
+from tests.otlp_helpers import framework_spans, json_body, protobuf_body
 
 EXAMPLES = int(os.environ.get("FAULTFINDER_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(
@@ -269,7 +270,10 @@ def test_structured_requests_decode_or_refuse_in_both_encodings(
     request: ExportTraceServiceRequest,
 ) -> None:
     total = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
-    for body, as_json in ((request.SerializeToString(), False), (request_json(request), True)):
+    for body, as_json in (
+        (request.SerializeToString(), False),
+        (request_to_otlp_json(request), True),
+    ):
         batch = decodes_or_refuses(body, as_json=as_json)
         if batch is not None:
             # Each span is either kept or counted as rejected, none vanishes.
@@ -292,7 +296,7 @@ def test_huge_values_are_truncated_not_refused(values: list[AnyValue], as_json: 
     request = ExportTraceServiceRequest.FromString(protobuf_body(framework_spans()))
     pairs = [(f"huge.{n}", value) for n, value in enumerate(values)]
     _add_attributes(request.resource_spans[0].scope_spans[0].spans[0].attributes, pairs)
-    body = request_json(request) if as_json else request.SerializeToString()
+    body = request_to_otlp_json(request) if as_json else request.SerializeToString()
     batch = decodes_or_refuses(body, as_json=as_json)
     assert batch is not None and batch.rejected == 0  # the span is kept, not refused
     over = sum(_payload_bytes(value) > LIMIT for value in values)
@@ -345,7 +349,7 @@ def test_invalid_utf8_in_strings_is_refused_or_replaced(prefix: bytes, garbage: 
     span.attributes.add(key=marker).value.string_value = marker
     body = request.SerializeToString().replace(marker.encode(), garbage)
     decodes_or_refuses(body, as_json=False)
-    text = json_body(framework_spans()).replace(b'"name": "', b'"name": "' + prefix + garbage, 1)
+    text = json_body(framework_spans()).replace(b'"name":"', b'"name":"' + prefix + garbage, 1)
     decodes_or_refuses(text, as_json=True)
 
 

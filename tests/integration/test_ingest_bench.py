@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import os
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -25,32 +23,19 @@ from faultfinder import conventions as c
 from faultfinder.benchmarks.cli import bench
 from faultfinder.benchmarks.ingest import ingest, report_lines
 from faultfinder.benchmarks.otlp_traces import prepare_requests
+from faultfinder.server.otlp.otlp_json import parse_request_json
 from tests.integration.sidecar import running_sidecar
 
 
-def _hex_ids_to_base64(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {
-            key: base64.b64encode(bytes.fromhex(value)).decode()
-            if key in ("traceId", "spanId", "parentSpanId")
-            else _hex_ids_to_base64(value)
-            for key, value in node.items()
-        }
-    if isinstance(node, list):
-        return [_hex_ids_to_base64(item) for item in node]
-    return node
-
-
-def decode_otlp_body(body: bytes, content_type: str, content_encoding: str) -> Any:
+def decode_otlp_body(
+    body: bytes, content_type: str, content_encoding: str
+) -> ExportTraceServiceRequest:
     """ExportTraceServiceRequest of an OTLP/HTTP body, as a receiver would decode it."""
     if content_encoding == "gzip":
         body = gzip.decompress(body)
-    request = ExportTraceServiceRequest()
     if content_type.startswith("application/json"):
-        json_format.Parse(json.dumps(_hex_ids_to_base64(json.loads(body))), request)
-    else:
-        request.ParseFromString(body)
-    return request
+        return parse_request_json(body)
+    return ExportTraceServiceRequest.FromString(body)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from faultfinder.server.otlp.decode import (
     encode_response,
 )
 from faultfinder.server.otlp.model import StatusCode
+from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 from tests.otlp_helpers import (
     MS,
     T0,
@@ -43,7 +44,6 @@ from tests.otlp_helpers import (
     framework_spans,
     json_body,
     protobuf_body,
-    request_json,
 )
 
 LIMIT = 1 << 20
@@ -353,7 +353,7 @@ def test_individually_invalid_spans_are_rejected_and_the_rest_kept() -> None:
     for batch in (
         decode_request(request, project_header=None),
         decode_protobuf(request.SerializeToString()),
-        decode_json(request_json(request)),
+        decode_json(request_to_otlp_json(request)),
     ):
         assert batch.rejected == 4
         assert {record.span_id for record in batch.spans} == kept_ids
@@ -491,7 +491,7 @@ def test_values_nested_deeper_than_the_cap_are_replaced_below_it() -> None:
     span.attributes.add(key="shallow").value.CopyFrom(_nested(decode.MAX_VALUE_DEPTH))
     for batch in (
         decode_protobuf(request.SerializeToString()),
-        decode_json(request_json(request)),
+        decode_json(request_to_otlp_json(request)),
     ):
         assert batch.rejected == 0 and batch.truncated_values == 1
         record = next(r for r in batch.spans if "deep" in r.attributes)
@@ -519,7 +519,7 @@ def test_a_span_time_beyond_int64_rejects_that_span_only() -> None:
     spans[2].end_time_unix_nano = 2**63 - 1  # the largest storable time is fine
     for batch in (
         decode_protobuf(request.SerializeToString()),
-        decode_json(request_json(request)),
+        decode_json(request_to_otlp_json(request)),
     ):
         assert batch.rejected == 2
         assert len(batch.spans) == len(spans) - 2
