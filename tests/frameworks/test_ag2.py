@@ -6,6 +6,7 @@ calls a function tool), traced by AG2's own OpenTelemetry middleware
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ag2 import Agent
 from ag2.config.openai import OpenAIConfig
@@ -57,7 +58,7 @@ def ask(agent: Agent) -> str | None:
     return asyncio.run(asking())
 
 
-def script() -> dict[str, list]:
+def script() -> dict[str, list[Any]]:
     return {
         "COORDINATOR-ROLE": [
             call("task_researcher", objective="Population of Lyon from the census"),

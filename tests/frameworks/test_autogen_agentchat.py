@@ -6,6 +6,7 @@ sets it up."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
@@ -85,7 +86,7 @@ def built_and_invoked(
     return before, result, error
 
 
-def researcher_looks_up() -> list:
+def researcher_looks_up() -> list[Any]:
     return [
         call("census_lookup", city="Lyon"),
         say("The census gives Lyon 522,250 inhabitants."),

@@ -12,6 +12,7 @@ output of its task span, and no step records the model asking for a tool before 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 # CrewAI's own telemetry and trace upload, both to the internet: off before it loads.
 # (Not OTEL_SDK_DISABLED, which would silence the spans under test as well.)
@@ -77,7 +78,7 @@ def crew(llm: ScriptedOpenAI, *, census_fails: bool = False) -> Crew:
     return Crew(agents=[researcher, writer], tasks=[research, note], process=Process.sequential)
 
 
-def script() -> dict[str, list]:
+def script() -> dict[str, list[Any]]:
     return {
         # The planted flaw: the researcher misstates the figure, the writer repeats it.
         "RESEARCHER-ROLE": [call("census_lookup", city="Lyon"), say(WRONG)],

@@ -90,7 +90,7 @@ def ask(agent: LlmAgent, text: str) -> str | None:
     return asyncio.run(run())
 
 
-def census_script() -> dict[str, list]:
+def census_script() -> dict[str, list[Any]]:
     # The census agent's instruction is checked first: ADK lists the other agents (the
     # coordinator among them) in every agent's system text.
     return {

@@ -3,6 +3,8 @@ tool), traced by openinference-instrumentation-openai-agents."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import agents
 from agents import (
     Agent,
@@ -60,7 +62,7 @@ def triage(llm: ScriptedOpenAI, *, census_fails: bool = False, escapes: bool = F
     )
 
 
-def census_script() -> dict[str, list]:
+def census_script() -> dict[str, list[Any]]:
     return {
         "TRIAGE-ROLE": [call("transfer_to_census_agent")],
         "CENSUS-ROLE": [

@@ -3,6 +3,8 @@ function tool), traced by pydantic-ai's own instrumentation (`Agent.instrument_a
 
 from __future__ import annotations
 
+from typing import Any
+
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic_ai import Agent, InstrumentationSettings, ModelRetry, RunContext
@@ -51,7 +53,7 @@ def orchestrator(
             raise ModelRetry(f"{TIMED_OUT} for {city}")
         return harness.census_answer(city, fails=census_fails)
 
-    lead = Agent(
+    lead: Agent[None, str] = Agent(
         model,
         name="orchestrator",
         instructions="ORCHESTRATOR-ROLE: delegate population questions to the census agent.",
@@ -67,7 +69,7 @@ def orchestrator(
     return lead
 
 
-def census_script() -> dict[str, list]:
+def census_script() -> dict[str, list[Any]]:
     return {
         "ORCHESTRATOR-ROLE": [
             call("ask_census_agent", question="Population of Lyon from the census"),

@@ -3,6 +3,8 @@ openinference-instrumentation-smolagents."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
@@ -45,7 +47,7 @@ def team(llm: ScriptedOpenAI, *, census_fails: bool = False) -> ToolCallingAgent
     )
 
 
-def script() -> dict[str, list]:
+def script() -> dict[str, list[Any]]:
     return {
         "MANAGER-ROLE": [
             call("census_agent", task="Population of Lyon from the census"),

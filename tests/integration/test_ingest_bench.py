@@ -35,7 +35,9 @@ def decode_otlp_body(
         body = gzip.decompress(body)
     if content_type.startswith("application/json"):
         return parse_request_json(body)
-    return ExportTraceServiceRequest.FromString(body)
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    return request
 
 
 @dataclass

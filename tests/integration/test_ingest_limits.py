@@ -80,6 +80,7 @@ def test_a_value_over_one_mebibyte_is_truncated_counted_and_its_span_stored(
     spans = {span.name: span for span in asyncio.run(stored_spans(database_url, trace_id))}
     assert set(spans) == {"agent run", "tool call"}
     value = spans["tool call"].attributes["tool.output"]
+    assert isinstance(value, str)
     kept, marker = value.split("…[truncated ")
     assert marker.endswith(" bytes]")
     assert len(kept.encode()) <= MAX_VALUE_BYTES and set(kept) == {"ä"}

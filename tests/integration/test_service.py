@@ -297,7 +297,7 @@ def test_api_keys_guard_ingest_and_queries(sqlite_database_url: str, tmp_path: P
         # gRPC: the same keys in the metadata.
         request = export_request(agent_run(failed=True))
         with grpc.insecure_channel(sidecar.grpc_endpoint) as channel:
-            stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
             for metadata in ((), (("authorization", "Bearer wrong"),)):
                 with pytest.raises(grpc.RpcError) as refused:
                     stub.Export(request, metadata=metadata, timeout=10)

@@ -369,11 +369,12 @@ def cues_agree(text: str) -> None:
     ):
         expected = float(bool(pattern.search(lowered)))
         assert text_facts._word_cue(lowered, words, cue_words, hints, pattern) == expected
-    for hints, pattern in (
+    for cue_hints, pattern in (
         (text_facts._VERIFY_HINTS, text_facts._VERIFY),
         (text_facts._TERMINATE_HINTS, text_facts._TERMINATE),
     ):
-        assert text_facts._cue(lowered, hints, pattern) == float(bool(pattern.search(lowered)))
+        expected = float(bool(pattern.search(lowered)))
+        assert text_facts._cue(lowered, cue_hints, pattern) == expected
 
 
 def test_fast_scans_equal_their_regex_definitions_on_every_fragment() -> None:

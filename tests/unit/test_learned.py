@@ -184,6 +184,7 @@ def test_the_packaged_model_names_the_agent_answering_for_the_blamed_step(
     attributor = LearnedAttributor(default_model())
     for record in who_and_when[::3]:
         result = attributor.attribute_now(record.trajectory, OPTIONS)
+        assert result.step is not None
         assert result.agent == answerable_agents(record.trajectory.steps)[result.step]
 
 
@@ -236,6 +237,7 @@ async def test_a_tool_report_is_answered_for_by_the_agent_that_called_the_tool()
     )  # fmt: skip
     trajectory = synthetic_records(1)[0].trajectory
     result = LearnedAttributor(errors).attribute_now(trajectory, OPTIONS)
+    assert result.step is not None
     blamed = trajectory.steps[result.step]
     assert blamed.agent == "Computer_terminal" and "Traceback" in blamed.content
     assert result.agent == trajectory.steps[result.step - 1].agent == "Coder"
@@ -258,12 +260,12 @@ def test_the_agent_mass_does_not_move_with_the_conformal_temperature() -> None:
     trajectory = Trajectory(
         run_id="mass",
         task="Add the numbers.",
-        steps=[
+        steps=(
             Step(index=0, agent="Planner", content="Plan: add them."),
             Step(index=1, agent="Coder", content="print(1 + 2)"),
             Step(index=2, agent="Coder", content="The sum is 3."),
             Step(index=3, agent="Coder", content="Done."),
-        ],
+        ),
     )
     answers = {}
     for temperature in (1.0, 0.1):
@@ -288,7 +290,8 @@ def test_temperature_is_fitted_by_the_likelihood_of_the_gold_steps() -> None:
     # Gold always scored highest by a clear margin: a sharp temperature is likeliest. Gold
     # at random: the flattest one is.
     rng = random.Random(0)
-    sharp, flat = [], []
+    sharp: list[tuple[RunMatrix, list[float]]] = []
+    flat: list[tuple[RunMatrix, list[float]]] = []
     for i in range(40):
         n = 8
         gold = rng.randrange(n)
@@ -390,6 +393,7 @@ def test_a_group_that_shares_the_pooled_scorer_stores_it_once(tmp_path: Path) ->
     shared.save(tmp_path / "shared.json")
     text = (tmp_path / "shared.json").read_text(encoding="utf-8")
     assert "scorer" not in json.loads(text)["groups"]["ag2"]
+    assert isinstance(model.scorer, MeanScorer)
     own = replace(model, groups={"ag2": replace(sharp, scorer=model.scorer.members[0])})
     own.save(tmp_path / "own.json")
     assert (

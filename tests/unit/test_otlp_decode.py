@@ -408,10 +408,12 @@ def _one_span_with(attributes: dict[str, object]) -> SpanRecorder:
     return recorder
 
 
-def _both_encodings(recorder: SpanRecorder, **caps: int) -> list[DecodedBatch]:
+def _both_encodings(
+    recorder: SpanRecorder, max_value_bytes: int = decode.MAX_VALUE_BYTES
+) -> list[DecodedBatch]:
     return [
-        decode_protobuf(protobuf_body(recorder.spans), **caps),
-        decode_json(json_body(recorder.spans), **caps),
+        decode_protobuf(protobuf_body(recorder.spans), max_value_bytes=max_value_bytes),
+        decode_json(json_body(recorder.spans), max_value_bytes=max_value_bytes),
     ]
 
 

@@ -120,7 +120,8 @@ def test_a_long_log_keeps_every_step_start_and_end_within_the_budget() -> None:
         assert f"begin{i}" in rendered.text and f"finish{i}" in rendered.text
     report = rendered.report()
     assert report["shortened_steps"] == 30
-    assert report["chars_dropped"] > 30 * 2000 - 9000
+    dropped = report["chars_dropped"]
+    assert isinstance(dropped, int) and dropped > 30 * 2000 - 9000
     assert "characters left out" in rendered.text
 
 
@@ -237,7 +238,8 @@ def test_keeping_candidates_shortens_the_other_steps_even_when_the_log_fits() ->
     assert len(squeezed.text) < len(whole.text) / 2
     report = squeezed.report()
     assert report["shortened_steps"] == 8 and report["kept_around_steps"] == [7, 2]
-    assert report["omitted_steps"] == [] and report["chars_dropped"] > 8 * 1000
+    dropped = report["chars_dropped"]
+    assert report["omitted_steps"] == [] and isinstance(dropped, int) and dropped > 8 * 1000
 
 
 def test_keeping_candidates_in_a_log_too_long_for_the_budget_omits_far_steps_first() -> None:
