@@ -24,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Trajectory
 from faultfinder.server.otlp.decode import decode_protobuf
+from faultfinder.server.otlp.mapping import MappedSpan, map_span
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 
@@ -75,6 +76,16 @@ class SpanRecorder:
 def export_request(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
     """The ExportTraceServiceRequest the OTLP exporters send for `spans`."""
     return encode_spans(spans)
+
+
+def mapped(
+    attributes: Mapping[str, Any], *, name: str = "span", error: str | None = None
+) -> MappedSpan:
+    """Map one span recorded by the SDK with `attributes` and sent through OTLP."""
+    recorder = SpanRecorder()
+    recorder.span(name, start=T0, end=T0 + MS, attributes=attributes, error=error)
+    (record,) = span_records(recorder.spans)
+    return map_span(record)
 
 
 def protobuf_body(spans: Sequence[ReadableSpan]) -> bytes:
