@@ -122,3 +122,17 @@ def running_sidecar(database_url: str, tmp_path: Path, **env: str) -> Iterator[S
         yield sidecar
     finally:
         _stop(process)
+
+
+@contextmanager
+def quick_sidecar(folder: Path, **env: str) -> Iterator[Sidecar]:
+    """`running_sidecar` on a SQLite file in `folder`, settling a quiet run within a second
+    (quiet period 0.3 s, a sweep every 0.1 s)."""
+    with running_sidecar(
+        f"sqlite+aiosqlite:///{folder / 'faultfinder.db'}",
+        folder,
+        FAULTFINDER_QUIET_PERIOD="0.3",
+        FAULTFINDER_SWEEP_INTERVAL="0.1",
+        **env,
+    ) as sidecar:
+        yield sidecar

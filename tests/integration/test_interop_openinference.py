@@ -27,7 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from faultfinder import conventions as c
 from faultfinder.attributors.local_model import LocalModelServer
 from faultfinder.sdk import Client, configure, shutdown
-from tests.integration.sidecar import Sidecar, running_sidecar
+from tests.integration.sidecar import Sidecar, quick_sidecar
 from tests.llm_server import running_local_model
 
 PROJECT = "openinference-interop"
@@ -56,14 +56,8 @@ def model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMode
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    directory = tmp_path_factory.mktemp("openinference-sidecar")
-    with running_sidecar(
-        f"sqlite+aiosqlite:///{directory / 'faultfinder.db'}",
-        directory,
-        FAULTFINDER_QUIET_PERIOD="0.3",
-        FAULTFINDER_SWEEP_INTERVAL="0.1",
-        FAULTFINDER_ATTRIBUTORS="first_error",
-    ) as running:
+    folder = tmp_path_factory.mktemp("openinference-sidecar")
+    with quick_sidecar(folder, FAULTFINDER_ATTRIBUTORS="first_error") as running:
         yield running
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faultfinder.sdk import AuthError, Client, NotFoundError
-from tests.integration.sidecar import Sidecar, running_sidecar
+from tests.integration.sidecar import Sidecar, quick_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sdk-test-key"
@@ -25,14 +25,8 @@ DONE = {"failed", "attributed"}
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     """One sidecar (SQLite) for the module; each test works in a project of its own."""
-    directory = tmp_path_factory.mktemp("sdk-sidecar")
-    with running_sidecar(
-        f"sqlite+aiosqlite:///{directory / 'faultfinder.db'}",
-        directory,
-        FAULTFINDER_QUIET_PERIOD="0.3",
-        FAULTFINDER_SWEEP_INTERVAL="0.1",
-        FAULTFINDER_API_KEYS=API_KEY,
-    ) as running:  # the default attributors
+    folder = tmp_path_factory.mktemp("sdk-sidecar")
+    with quick_sidecar(folder, FAULTFINDER_API_KEYS=API_KEY) as running:  # default attributors
         yield running
 
 
