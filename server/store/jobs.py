@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, exists, func, not_, select, update
+from sqlalchemy import Update, and_, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.attributors.model import Attribution, AttributionStatus
@@ -25,6 +25,21 @@ from faultfinder.server.store.tables import JOBS, RUNS, insert_for, now_ns
 
 AUTO = "auto"
 """Trigger of the jobs the lifecycle enqueues for a failed run (once per attributor)."""
+
+
+def _update_own_running(job_id: int, owner: str, /, **values: Any) -> Update:
+    """UPDATE of a job only while it runs under `owner`'s claim, returning its id: a worker
+    whose lease ran out (and whose job went to another) changes nothing."""
+    return (
+        update(JOBS)
+        .where(
+            JOBS.c.id == job_id,
+            JOBS.c.worker == owner,
+            JOBS.c.status == JobStatus.RUNNING.value,
+        )
+        .values(**values)
+        .returning(JOBS.c.id)
+    )
 
 
 @dataclass(frozen=True)
@@ -165,14 +180,9 @@ class JobQueue:
         now = now_ns()
         async with self._engine.begin() as conn:
             result = await conn.execute(
-                update(JOBS)
-                .where(
-                    JOBS.c.id == job_id,
-                    JOBS.c.worker == worker,
-                    JOBS.c.status == JobStatus.RUNNING.value,
+                _update_own_running(
+                    job_id, worker, lease_until=now + int(lease_s * 1e9), updated_at=now
                 )
-                .values(lease_until=now + int(lease_s * 1e9), updated_at=now)
-                .returning(JOBS.c.id)
             )
             return result.first() is not None
 
@@ -191,19 +201,14 @@ class JobQueue:
         ok = attribution.status is AttributionStatus.OK
         async with self._engine.begin() as conn:
             owned = await conn.execute(
-                update(JOBS)
-                .where(
-                    JOBS.c.id == job.id,
-                    JOBS.c.worker == worker,
-                    JOBS.c.status == JobStatus.RUNNING.value,
-                )
-                .values(
+                _update_own_running(
+                    job.id,
+                    worker,
                     status=(JobStatus.DONE if ok else JobStatus.FAILED).value,
                     last_error=None if ok else attribution.failure_reason,
                     lease_until=None,
                     updated_at=now,
                 )
-                .returning(JOBS.c.id)
             )
             if owned.first() is None:
                 await conn.rollback()
@@ -238,19 +243,14 @@ class JobQueue:
         now = now_ns()
         async with self._engine.begin() as conn:
             result = await conn.execute(
-                update(JOBS)
-                .where(
-                    JOBS.c.id == job_id,
-                    JOBS.c.worker == worker,
-                    JOBS.c.status == JobStatus.RUNNING.value,
-                )
-                .values(
+                _update_own_running(
+                    job_id,
+                    worker,
                     status=JobStatus.FAILED.value,
                     last_error=error,
                     lease_until=None,
                     updated_at=now,
                 )
-                .returning(JOBS.c.id)
             )
             return result.first() is not None
 
@@ -260,13 +260,9 @@ class JobQueue:
         now = now_ns()
         async with self._engine.begin() as conn:
             result = await conn.execute(
-                update(JOBS)
-                .where(
-                    JOBS.c.id == job.id,
-                    JOBS.c.worker == worker,
-                    JOBS.c.status == JobStatus.RUNNING.value,
-                )
-                .values(
+                _update_own_running(
+                    job.id,
+                    worker,
                     status=JobStatus.QUEUED.value,
                     not_before=now + int(delay * 1e9),
                     lease_until=None,
@@ -274,7 +270,6 @@ class JobQueue:
                     last_error=error,
                     updated_at=now,
                 )
-                .returning(JOBS.c.id)
             )
             return result.first() is not None
 
