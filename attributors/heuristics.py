@@ -253,7 +253,7 @@ def _without_error(trajectory: Trajectory, first_acting: int) -> tuple[int, str,
             return (
                 step.index,
                 f"no step shows an error, but {step.agent} stated {figures} right after"
-                f" {values.answered} returned {reported}",
+                f" {values.answered} {values.answered_verb} {reported}",
                 0.35,
                 "contradicts-report",
             )

@@ -159,10 +159,13 @@ class ValueFacts:
     introduced: tuple[str, ...] = ()
     """Of those, the ones no earlier step stated (this step made them up)."""
     answered: str | None = None
-    """The tool (or other observer) whose report the step answers, when the step states a
-    figure of its own and repeats none of that report's figures."""
+    """Whom the step answers, when it states a figure of its own and repeats none of the
+    figures it was just given: the tool (or other observer) that reported since the agent
+    last acted, else the other agent that spoke just before."""
     answered_figures: tuple[str, ...] = ()
-    """That report's figures, as written."""
+    """Those figures, as written."""
+    answered_verb: str = "returned"
+    """`returned` (a report) or `said` (another agent's message)."""
     unsupported_arguments: tuple[tuple[str, str, str], ...] = ()
     """Tool-call arguments naming something nothing observed before names: (tool,
     argument, value); only identifiers and proper names, not free text."""
@@ -186,7 +189,9 @@ class Provenance:
     """Figures stated without support so far: repeating one is still unsupported."""
     _recent: list[float] = field(default_factory=list)
     _pending: list[tuple[str, dict[float, str]]] = field(default_factory=list)
-    """Reports since the last agent step: (who reported, its figures)."""
+    """Reports since the last agent step that stated figures: (who reported, its figures)."""
+    _said: list[tuple[str, dict[float, str]]] = field(default_factory=list)
+    """Every agent step so far: (its agent, its figures)."""
     _seen_text: list[str] = field(default_factory=list)
     """Case-folded text of every observation so far (for argument values)."""
 
@@ -214,27 +219,23 @@ class Provenance:
         unseen = tuple(call for call in arguments if call[2].casefold() not in seen)
         return unseen, any(call[2].casefold() not in task for call in arguments)
 
-    def push(self, step: Step, acting: bool) -> ValueFacts:
-        """The next step's value facts (observations carry only their call's arguments)."""
-        if step.kind in _OBSERVATION_KINDS or not acting:
-            arguments, outside = (
-                self._unseen_arguments(step) if step.kind is StepKind.TOOL else ((), False)
-            )
-            if step.tool_result:
-                self._observe(_figures(step.tool_result))
-                self._seen_text.append(step.tool_result.casefold())
-            figures = _figures(step.content)
-            self._observe(figures)
-            self._seen_text.append(step.content.casefold())
-            self._pending.append((step.tool_name or step.agent, figures))
-            return ValueFacts(unsupported_arguments=arguments, outside_task=outside)
-        arguments, outside = self._unseen_arguments(step)
+    def _observe_step(self, step: Step) -> ValueFacts:
+        """An observation: its figures and text become what later steps may rely on."""
+        arguments, outside = (
+            self._unseen_arguments(step) if step.kind is StepKind.TOOL else ((), False)
+        )
         if step.tool_result:
             self._observe(_figures(step.tool_result))
             self._seen_text.append(step.tool_result.casefold())
-        # Code an agent writes holds constants, not claims about the world.
-        prose = _CODE_BLOCK.sub(" ", step.content)
-        stated = _figures(" ".join(filter(None, (prose, step.tool_arguments))))
+        figures = _figures(step.content)
+        self._observe(figures)
+        self._seen_text.append(step.content.casefold())
+        self._pending.append((step.tool_name or step.agent, figures))
+        return ValueFacts(unsupported_arguments=arguments, outside_task=outside)
+
+    def _unsupported_of(self, stated: dict[float, str]) -> dict[float, str]:
+        """The stated figures nothing observed holds or derives (a figure stated without
+        support before stays unsupported when repeated)."""
         unsupported: dict[float, str] = {}
         checked = 0
         for value, token in stated.items():
@@ -245,24 +246,68 @@ class Provenance:
                 if derivable(value, self._recent):
                     continue
             unsupported[value] = token
+        return unsupported
+
+    def _answered(
+        self, agent: str, stated: dict[float, str], unsupported: dict[float, str]
+    ) -> tuple[str | None, tuple[str, ...], str]:
+        """Whom a step with unsupported figures answers while repeating none of the
+        figures it was given: (who, their figures, `returned` or `said`)."""
+        reports = [(who, figs) for who, figs in self._pending if figs]
+        verb = "returned"
+        if not reports:
+            message = self._message_answered(agent)
+            if message is not None:
+                reports, verb = [message], "said"
+        if unsupported and reports:
+            reported = {value for _, figs in reports for value in figs}
+            if reported and not reported & set(stated):
+                who, figs = reports[-1]
+                return who, tuple(figs.values()), verb
+        return None, (), verb
+
+    def push(self, step: Step, acting: bool) -> ValueFacts:
+        """The next step's value facts (observations carry only their call's arguments)."""
+        if step.kind in _OBSERVATION_KINDS or not acting:
+            return self._observe_step(step)
+        arguments, outside = self._unseen_arguments(step)
+        if step.tool_result:
+            self._observe(_figures(step.tool_result))
+            self._seen_text.append(step.tool_result.casefold())
+        # Code an agent writes holds constants, not claims about the world.
+        prose = _CODE_BLOCK.sub(" ", step.content)
+        stated = _figures(" ".join(filter(None, (prose, step.tool_arguments))))
+        unsupported = self._unsupported_of(stated)
         introduced = tuple(
             token for value, token in unsupported.items() if value not in self._claimed
         )
-        answered: str | None = None
-        answered_figures: tuple[str, ...] = ()
-        reports = [(who, figs) for who, figs in self._pending if figs]
-        if unsupported and reports:
-            reported = {value for _, figs in reports for value in figs}
-            if not reported & set(stated):
-                who, figs = reports[-1]
-                answered, answered_figures = who, tuple(figs.values())
+        answered, answered_figures, verb = self._answered(step.agent, stated, unsupported)
         self._claimed.update(stated)
         self._unsupported.update(unsupported)
         self._remember(stated)
-        self._pending = []
+        if stated:
+            # Reports stay pending through agent steps that state no figure (a thought,
+            # a handoff, a tool call without figures) until one answers them.
+            self._pending = []
+        self._said.append((step.agent, stated))
         return ValueFacts(
-            tuple(unsupported.values()), introduced, answered, answered_figures, arguments, outside
+            tuple(unsupported.values()),
+            introduced,
+            answered,
+            answered_figures,
+            verb,
+            arguments,
+            outside,
         )
+
+    def _message_answered(self, agent: str) -> tuple[str, dict[float, str]] | None:
+        """The latest message with figures by another agent since `agent` last spoke."""
+        for speaker, figures in reversed(self._said):
+            if speaker == agent:
+                return None
+            if figures:
+                return speaker, figures
+        return None
 
     def supported(self, value: float) -> bool:
         """Whether `value` is observed so far or follows from the figures so far."""

@@ -18,7 +18,13 @@ from faultfinder.attributors.learned.blame import (
     blameable,
     softmax,
 )
-from faultfinder.attributors.learned.evidence import STRONG, Evidence, step_evidence, strongest
+from faultfinder.attributors.learned.evidence import (
+    RELAYED,
+    STRONG,
+    Evidence,
+    step_evidence,
+    strongest,
+)
 from faultfinder.attributors.learned.features import run_features
 from faultfinder.attributors.learned.step_model import (
     AgentRule,
@@ -82,7 +88,8 @@ class LearnedAttributor:
         order = [i for i in ranked if mask[i]]
         evidence = step_evidence(trajectory, features)
         explained = model.explain(rows, order[0], mask)
-        order, overruled = _evidence_first(order, evidence, explained)
+        sure = probabilities[order[0]] >= _SURE
+        order, overruled = _evidence_first(order, evidence, explained, sure=sure)
         top = order[0]
         answerable = answerable_agents(steps, trajectory.declared_roster)
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
@@ -151,26 +158,46 @@ _POSITIONAL = frozenset({
 """Features that say where a step sits in the run and whose turn it is, not what it shows."""
 
 
-def _positional(explained: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether what sets the top step apart is only its place in the run (or nothing)."""
-    names = (str(item["feature"]) for item in explained)
-    return all(name.removesuffix("_max_before").removesuffix("_max_after") in _POSITIONAL
-               for name in names)  # fmt: skip
+def _positional(explained: Sequence[Mapping[str, Any]], top: int, order: Sequence[int]) -> bool:
+    """Whether what sets the top step apart is only its place in the run (or nothing):
+    features of position and turn-taking, and the context columns that are empty only
+    because nothing comes before the first step (`…_max_before`) or after the last
+    (`…_max_after`)."""
+    first, last = min(order), max(order)
+    for item in explained:
+        name = str(item["feature"])
+        if name.removesuffix("_max_before").removesuffix("_max_after") in _POSITIONAL:
+            continue
+        if name.endswith("_max_before") and top == first and not item["value"]:
+            continue
+        if name.endswith("_max_after") and top == last and not item["value"]:
+            continue
+        return False
+    return True
+
+
+_SURE = 0.5
+"""A leader with at least this probability is the model's own confident finding."""
 
 
 def _evidence_first(
     order: list[int],
     evidence: Sequence[Sequence[Evidence]],
     explained: Sequence[Mapping[str, Any]],
+    *,
+    sure: bool,
 ) -> tuple[list[int], int | None]:
-    """The ranking with evidence first: when the top step carries no evidence and leads
-    only by its place in the run (`explained`, the features that set it apart, are all
-    positional), while another blameable step carries strong evidence, the best-ranked
-    such step leads (the former leader is returned as overruled). A positional habit of
-    the model may break ties, never outvote evidence; a lead the model learned from what
-    steps show (a team's own labels) stands."""
+    """The ranking with evidence first: when the top step carries no evidence of its own
+    (repeating a figure someone else made up points at them, not at it), while
+    another blameable step carries strong evidence, the best-ranked such step leads (the
+    former leader is returned as overruled) — unless the model is sure of its leader
+    (probability >= `_SURE`) for what the step shows rather than where it sits (`explained`,
+    the features that set it apart, are not all positional). A positional habit may break
+    ties, never outvote evidence; a confident lead the model learned from what steps show
+    (a team's own labels, say) stands."""
     top = order[0]
-    if evidence[top] or not _positional(explained):
+    own = [item for item in evidence[top] if item.kind not in RELAYED]
+    if own or (sure and not _positional(explained, top, order)):
         return order, None
     backed = [i for i in order if strongest(evidence[i]) >= STRONG]
     if not backed:

@@ -21,12 +21,16 @@ from faultfinder.attributors.heuristics import error_signals
 from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
-__all__ = ["STRONG", "Evidence", "step_evidence", "strongest"]
+__all__ = ["RELAYED", "STRONG", "Evidence", "step_evidence", "strongest"]
 
 STRONG = 0.6
 """Evidence at least this strong decides between steps (see the module's docstring)."""
 
 _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
+
+
+RELAYED = frozenset({"repeats-unsupported-figure"})
+"""Evidence that a step passed on someone else's error: it points at the origin."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
             error = _error_evidence(trajectory, features, i, actor)
             if error is not None:
                 found[error.step].append(error)
+                if error.step != i:
+                    # The report shows the error too (it answers to the agent that acted).
+                    found[i].append(Evidence(i, "shows-error", error.strength, error.text))
     for items in found:
         items.sort(key=lambda item: -item.strength)
     return found
@@ -89,7 +96,7 @@ def _value_evidence(trajectory: Trajectory, features: RunFeatures, i: int) -> li
     if value.contradicts:
         text = (
             f"{agent} stated {_figures(value.unsupported)} right after {value.answered}"
-            f" returned {_figures(value.answered_figures)}"
+            f" {value.answered_verb} {_figures(value.answered_figures)}"
         )
         out.append(Evidence(i, "contradicts-report", 1.0, text))
     elif value.introduced:

@@ -317,7 +317,9 @@ def check_planted_claim_blamed(detail: Mapping[str, Any]) -> None:
             f"{method} blamed step {blamed['step']} ({blamed['agent']}): {blamed['reason']}\n"
             f"{shown}"
         )
-        assert "225,520" in blamed["reason"] and "522,250" in blamed["reason"], blamed["reason"]
+        assert "225,520" in blamed["reason"] and "522,250" in blamed["reason"], (
+            f"{method}: {blamed['reason']}\n{shown}"
+        )
 
 
 def graded(pipeline: Pipeline, before: set[str], run: Mapping[str, Any]) -> dict[str, Any]:

@@ -137,3 +137,19 @@ def test_a_simulated_user_in_the_roster_can_be_blamed_a_plain_user_cannot() -> N
     simulated = run(*steps, metadata={"roster": ["Assistant", "user"]})
     with_user = LearnedAttributor().attribute_now(simulated, AttributeOptions())
     assert "user" in with_user.details["agent_mass"]
+
+
+def test_a_figure_contradicting_the_previous_agent_names_that_agent() -> None:
+    relay = run(
+        ("user", H, "How many people live in Oslo?"),
+        ("Researcher", M, "census_lookup({\"city\": \"Oslo\"})"),
+        ("census_lookup", T, "Oslo: 522,250 residents"),
+        ("Researcher", M, "The census says Oslo has 522,250 residents."),
+        ("Writer", M, "Oslo has 225,520 residents."),
+        final="Oslo has 225,520 residents.",
+    )
+    evidence = step_evidence(relay, run_features(relay))
+    assert evidence[4][0].text == "Writer stated 225,520 right after Researcher said 522,250"
+    assert not evidence[3]
+    attribution = LearnedAttributor().attribute_now(relay, AttributeOptions())
+    assert (attribution.step, attribution.agent) == (4, "Writer")

@@ -179,8 +179,9 @@ STEP_FEATURES: tuple[Feature, ...] = (
     ),
     Feature(
         "contradicts_report",
-        "The step answers a report (a tool's output since the agent last acted) with a"
-        " figure of its own, repeating none of the report's figures.",
+        "The step answers what it was just given (a tool's report since the agent last acted,"
+        " else the other agent's message just before) with a figure of its own, repeating"
+        " none of the figures it was given.",
         True,
     ),
     Feature(
@@ -214,8 +215,8 @@ STEP_FEATURES: tuple[Feature, ...] = (
     Feature(
         "final_answer_first_mention",
         "The step is the first to contain the run's final answer (trajectory.final_answer or "
-        "the last 'FINAL ANSWER:' line), and that answer differs from the ground truth "
-        "when ground truth is allowed.",
+        "the last 'FINAL ANSWER:' line; its last figure, or its words when it is short), and "
+        "that answer differs from the ground truth when ground truth is allowed.",
         False,
     ),
     Feature("agent_share", "Share of the run's steps taken by the step's agent.", False),
@@ -307,7 +308,7 @@ FEATURE_LABELS: dict[str, tuple[str, str]] = {
     "contradiction_after": ("an output it answers for contradicts the correct answer", "flag"),
     "unsupported_values": ("figures no observation supports", "log1p"),
     "introduces_unsupported": ("first to state an unsupported figure", "flag"),
-    "contradicts_report": ("contradicts the report it answers", "flag"),
+    "contradicts_report": ("contradicts the figures it was just given", "flag"),
     "unsupported_argument": ("calls a tool with a name nothing observed gives", "flag"),
     "final_value_origin": ("origin of the unsupported final answer", "flag"),
     "argument_outside_task": ("calls a tool with a name the task does not give", "flag"),

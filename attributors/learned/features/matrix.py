@@ -8,6 +8,7 @@ shares) are added from the whole run, then each row gets its context columns.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ from faultfinder.attributors.learned.features.text import (
     AnswerMatcher,
     StepFacts,
     extract_final_answer,
+    normalise_text,
+    numbers_in,
 )
 from faultfinder.attributors.model import Trajectory
 from faultfinder.attributors.provenance import ValueFacts
@@ -197,12 +200,42 @@ def _criticised_next(facts: Sequence[StepFacts]) -> list[float]:
 def _final_answer_first_mention(
     trajectory: Trajectory, facts: Sequence[StepFacts], use_ground_truth: bool
 ) -> int | None:
-    """The first step that mentions a final answer differing from the ground truth."""
-    final = AnswerMatcher.of(extract_final_answer(trajectory))
-    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
-    if final is None or (gt is not None and final.words == gt.words):
+    """The first step that mentions a final answer differing from the ground truth (by
+    its figure, or its words when short: `_answer_key`)."""
+    key = _answer_key(trajectory, use_ground_truth)
+    if key is None:
         return None
-    return next((i for i, f in enumerate(facts) if final.found_in(f.numbers, f.normalised)), None)
+    return next((i for i, f in enumerate(facts) if key.found_in(f.numbers, f.normalised)), None)
+
+
+_SHORT_ANSWER_WORDS = 6
+"""A final answer without figures is matched by its words only when it is this short: a
+long answer is a sentence, and its words say nothing about where its value came from."""
+
+
+def _answer_key(trajectory: Trajectory, use_ground_truth: bool) -> AnswerMatcher | None:
+    """What identifies the run's final answer in a step: its last figure (years aside),
+    else its words when the answer is short; None when there is no final answer or it
+    equals the ground truth (with ground truth allowed)."""
+    answer = extract_final_answer(trajectory)
+    if answer is None or not answer.strip():
+        return None
+    figures = [
+        value for value in numbers_in(answer) if not (value.is_integer() and 1900 <= value <= 2100)
+    ]
+    tokens = [t for t in _NUMBER_TOKEN.findall(answer) if _figure(t) in figures]
+    if tokens:
+        key = AnswerMatcher(_figure(tokens[-1]), normalise_text(tokens[-1]))
+    else:
+        key = AnswerMatcher.of(answer)
+        if key is None or len(key.words.split()) > _SHORT_ANSWER_WORDS:
+            return None
+    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
+    if gt is not None and (
+        key.words == gt.words or (key.number is not None and key.number == gt.number)
+    ):
+        return None
+    return key
 
 
 def final_value_origin(
@@ -211,46 +244,41 @@ def final_value_origin(
     facts: Sequence[StepFacts],
     use_ground_truth: bool,
 ) -> int | None:
-    """The first agent step that states the run's final answer, when nothing observed
-    before it supports that answer: the step that made the answer up. None when the
-    answer is supported where it first appears, when there is no final answer, or when
-    it equals the ground truth (with ground truth allowed)."""
-    final = AnswerMatcher.of(extract_final_answer(trajectory))
-    if final is None:
-        return None
-    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
-    if gt is not None and (final.words == gt.words or final.number == gt.number is not None):
+    """The first agent step that states the run's final answer (`_answer_key`), when
+    nothing observed before it supports that answer: the step that made the answer up.
+    None when the answer is supported where it first appears, or there is no key."""
+    key = _answer_key(trajectory, use_ground_truth)
+    if key is None:
         return None
     for i, fact in enumerate(facts):
-        if not fact.acting or not final.found_in(fact.numbers, fact.normalised):
+        if not fact.acting or not key.found_in(fact.numbers, fact.normalised):
             continue
-        if final.number is not None:
+        if key.number is not None:
             unsupported = {_figure(token) for token in values[i].unsupported}
-            return i if final.number in unsupported else None
+            return i if key.number in unsupported else None
         observed = " ".join(f.normalised for f in facts[:i] if not f.acting)
-        return None if f" {final.words} " in f" {observed} " else i
+        return None if f" {key.words} " in f" {observed} " else i
     return None
 
 
 def final_answer_first_claim(
     trajectory: Trajectory, facts: Sequence[StepFacts], use_ground_truth: bool
 ) -> int | None:
-    """The first agent step that states the run's final answer (None when there is no
-    final answer, or it equals the ground truth with ground truth allowed)."""
-    final = AnswerMatcher.of(extract_final_answer(trajectory))
-    if final is None:
-        return None
-    gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
-    if gt is not None and (final.words == gt.words or final.number == gt.number is not None):
+    """The first agent step that states the run's final answer (`_answer_key`)."""
+    key = _answer_key(trajectory, use_ground_truth)
+    if key is None:
         return None
     return next(
         (
             i
             for i, fact in enumerate(facts)
-            if fact.acting and final.found_in(fact.numbers, fact.normalised)
+            if fact.acting and key.found_in(fact.numbers, fact.normalised)
         ),
         None,
     )
+
+
+_NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 
 
 def _figure(token: str) -> float | None:
