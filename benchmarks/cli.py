@@ -16,12 +16,14 @@ def _register() -> None:
     from faultfinder.benchmarks.learning_curve import learning_curve_command
     from faultfinder.benchmarks.replay import replay_command
     from faultfinder.benchmarks.run.command import run_command
+    from faultfinder.benchmarks.transfer import transfer_command
 
     bench.add_command(run_command)
     bench.add_command(replay_command)
     bench.add_command(ingest_command)
     bench.add_command(chaos_command)
     bench.add_command(learning_curve_command)
+    bench.add_command(transfer_command)
 
 
 _register()

@@ -417,6 +417,20 @@ def _summarise(
         "dataset": ",".join(sorted({r.dataset for r in records})),
         "attributor": "learned",
         "mode": "cross-validation",
+        "error_modes": _by_error_mode(held_out),
+        "records": [
+            {
+                "id": o.record.record_id,
+                "seed": seed,
+                "subset": o.record.subset,
+                "error_mode": o.record.gold.mode,
+                "gold": [o.record.gold.agent, o.record.gold.step],
+                "learned": [o.learned.agent, o.learned.step],
+                "first_error": [o.first_error.agent, o.first_error.step],
+            }
+            for seed, outcomes in held_out.items()
+            for o in outcomes
+        ],
         "settings": {**settings.as_dict(), "repeats": len(settings.seeds)},
         "wall_time_s": wall_time,
         "subsets": subsets,
@@ -431,6 +445,31 @@ def _summarise(
             for f in folds
         ],
     }
+
+
+def _by_error_mode(held_out: dict[int, list[HeldOutRecord]]) -> dict[str, dict[str, Any]]:
+    """Held-out accuracy per labelled error mode (records without one under "-"), as the
+    mean over seeds: which modes the attributors find and which they do not."""
+    table: dict[str, dict[str, Any]] = {}
+    seeds = len(held_out) or 1
+    for outcomes in held_out.values():
+        for o in outcomes:
+            entry = table.setdefault(
+                o.record.gold.mode or "-",
+                {"n": 0, "learned": {"agent": 0.0, "step": 0.0},
+                 "first_error": {"agent": 0.0, "step": 0.0}},
+            )  # fmt: skip
+            entry["n"] += 1
+            for name, attribution in (("learned", o.learned), ("first_error", o.first_error)):
+                score = score_attribution(attribution, o.record.gold.agent, o.record.gold.step)
+                entry[name]["agent"] += float(score.agent)
+                entry[name]["step"] += float(score.step)
+    for entry in table.values():
+        for name in ("learned", "first_error"):
+            for metric in ("agent", "step"):
+                entry[name][metric] /= entry["n"]
+        entry["n"] //= seeds
+    return dict(sorted(table.items()))
 
 
 # --- command line -------------------------------------------------------------

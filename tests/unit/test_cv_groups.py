@@ -87,3 +87,28 @@ def test_bench_run_takes_a_generic_file_and_the_grouping(tmp_path: Path) -> None
                 "--group-by", "framework"],
     )  # fmt: skip
     assert misuse.exit_code != 0 and "--group-by and --train-also apply to --cv" in misuse.output
+
+
+def test_bench_transfer_reports_each_held_out_framework_and_mode(tmp_path: Path) -> None:
+    data = tmp_path / "corpus.jsonl"
+    corpus = records("alpha", "beta", "gamma", each=5)
+    with data.open("w") as handle:
+        write_records(corpus, handle)
+    also = tmp_path / "also.jsonl"
+    with also.open("w") as handle:
+        write_records(records("delta", each=6), handle)
+    out = tmp_path / "transfer"
+    result = CliRunner().invoke(
+        bench, ["transfer", "--dataset", str(data), "--train-also", str(also),
+                "--cv-seeds", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["records"] == 15 and summary["also_trained_on"] == 6
+    table = summary["table"]
+    assert {"framework:alpha", "framework:beta", "framework:gamma", "mode:-", "all"} <= set(table)
+    assert table["all"]["n"] == 15
+    # The made-up figure is the evidence every zero-LLM method here finds.
+    assert table["all"]["first_error"]["step"] == 1.0
+    assert abs(table["all"]["random"]["step"] - 1 / 6) < 1e-9
+    assert "| alpha | 5 |" in (out / "report.md").read_text()

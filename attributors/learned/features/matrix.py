@@ -224,12 +224,13 @@ def _answer_key(trajectory: Trajectory, use_ground_truth: bool) -> AnswerMatcher
         value for value in numbers_in(answer) if not (value.is_integer() and 1900 <= value <= 2100)
     ]
     tokens = [t for t in _NUMBER_TOKEN.findall(answer) if _figure(t) in figures]
+    key: AnswerMatcher | None
     if tokens:
         key = AnswerMatcher(_figure(tokens[-1]), normalise_text(tokens[-1]))
     else:
         key = AnswerMatcher.of(answer)
-        if key is None or len(key.words.split()) > _SHORT_ANSWER_WORDS:
-            return None
+    if key is None or (key.number is None and len(key.words.split()) > _SHORT_ANSWER_WORDS):
+        return None
     gt = AnswerMatcher.of(trajectory.ground_truth) if use_ground_truth else None
     if gt is not None and (
         key.words == gt.words or (key.number is not None and key.number == gt.number)
