@@ -33,6 +33,9 @@ _CONVERSIONS = (
     3.28084, 0.3048, 2.54, 0.393701, 1.8, 0.001, 0.01, 1e6, 1e9, 365.0, 52.0,
 )  # fmt: skip
 """Factors of common unit conversions (thousands, percent, time, length, mass)."""
+_MOST_MADE_UP = 3
+"""More new unsupported figures than this in one step is a report of something observed
+outside the trace (a page read, a file opened), not a handful of made-up claims."""
 _CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 _OBSERVATION_KINDS = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
@@ -192,6 +195,10 @@ class Provenance:
     """Reports since the last agent step that stated figures: (who reported, its figures)."""
     _said: list[tuple[str, dict[float, str]]] = field(default_factory=list)
     """Every agent step so far: (its agent, its figures)."""
+    _observers: set[str] = field(default_factory=set)
+    """Agents whose own messages carry what they observe (a web surfer describing a page,
+    not a tool's step of its own): one step bringing more than `_MOST_MADE_UP` new
+    figures at once marks its agent so, and from then on its steps are observations."""
     _seen_text: list[str] = field(default_factory=list)
     """Case-folded text of every observation so far (for argument values)."""
 
@@ -281,6 +288,15 @@ class Provenance:
         introduced = tuple(
             token for value, token in unsupported.items() if value not in self._claimed
         )
+        if step.agent in self._observers or len(introduced) > _MOST_MADE_UP:
+            # A report of what the agent saw, not a claim: no step of the run shows it.
+            self._observers.add(step.agent)
+            self._claimed.update(stated)
+            self._observe(stated)
+            self._seen_text.append(prose.casefold())
+            self._pending.append((step.agent, stated))
+            self._said.append((step.agent, stated))
+            return ValueFacts(unsupported_arguments=arguments, outside_task=outside)
         answered, answered_figures, verb = self._answered(step.agent, stated, unsupported)
         self._claimed.update(stated)
         self._unsupported.update(unsupported)

@@ -88,8 +88,7 @@ class LearnedAttributor:
         order = [i for i in ranked if mask[i]]
         evidence = step_evidence(trajectory, features)
         explained = model.explain(rows, order[0], mask)
-        sure = probabilities[order[0]] >= _SURE
-        order, overruled = _evidence_first(order, evidence, explained, sure=sure)
+        order, overruled = _evidence_first(order, evidence, explained)
         top = order[0]
         answerable = answerable_agents(steps, trajectory.declared_roster)
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
@@ -176,28 +175,21 @@ def _positional(explained: Sequence[Mapping[str, Any]], top: int, order: Sequenc
     return True
 
 
-_SURE = 0.5
-"""A leader with at least this probability is the model's own confident finding."""
-
-
 def _evidence_first(
     order: list[int],
     evidence: Sequence[Sequence[Evidence]],
     explained: Sequence[Mapping[str, Any]],
-    *,
-    sure: bool,
 ) -> tuple[list[int], int | None]:
     """The ranking with evidence first: when the top step carries no evidence of its own
-    (repeating a figure someone else made up points at them, not at it), while
-    another blameable step carries strong evidence, the best-ranked such step leads (the
-    former leader is returned as overruled) — unless the model is sure of its leader
-    (probability >= `_SURE`) for what the step shows rather than where it sits (`explained`,
-    the features that set it apart, are not all positional). A positional habit may break
-    ties, never outvote evidence; a confident lead the model learned from what steps show
-    (a team's own labels, say) stands."""
+    (repeating a figure someone else made up points at them, not at it) and leads only
+    by its place in the run (`explained`, the features that set it apart, are all
+    positional), while another blameable step carries strong evidence, the best-ranked
+    such step leads (the former leader is returned as overruled). A positional habit may
+    break ties, never outvote evidence; a lead the model learned from what steps show (a
+    team's own labels, say) stands."""
     top = order[0]
     own = [item for item in evidence[top] if item.kind not in RELAYED]
-    if own or (sure and not _positional(explained, top, order)):
+    if own or not _positional(explained, top, order):
         return order, None
     backed = [i for i in order if strongest(evidence[i]) >= STRONG]
     if not backed:

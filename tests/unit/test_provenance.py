@@ -142,7 +142,7 @@ def test_a_simulated_user_in_the_roster_can_be_blamed_a_plain_user_cannot() -> N
 def test_a_figure_contradicting_the_previous_agent_names_that_agent() -> None:
     relay = run(
         ("user", H, "How many people live in Oslo?"),
-        ("Researcher", M, "census_lookup({\"city\": \"Oslo\"})"),
+        ("Researcher", M, 'census_lookup({"city": "Oslo"})'),
         ("census_lookup", T, "Oslo: 522,250 residents"),
         ("Researcher", M, "The census says Oslo has 522,250 residents."),
         ("Writer", M, "Oslo has 225,520 residents."),
@@ -151,5 +151,6 @@ def test_a_figure_contradicting_the_previous_agent_names_that_agent() -> None:
     evidence = step_evidence(relay, run_features(relay))
     assert evidence[4][0].text == "Writer stated 225,520 right after Researcher said 522,250"
     assert not evidence[3]
-    attribution = LearnedAttributor().attribute_now(relay, AttributeOptions())
+    attribution = asyncio.run(FirstError().attribute(relay, AttributeOptions()))
     assert (attribution.step, attribution.agent) == (4, "Writer")
+    assert attribution.reason.endswith("Writer stated 225,520 right after Researcher said 522,250")
