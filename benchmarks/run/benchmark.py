@@ -55,30 +55,7 @@ async def run_benchmark(
     work is known.
     """
     started_at = datetime.now(UTC)
-    identity = settings.identity()
-    earlier: list[dict[str, Any]] = []
-    run_file: dict[str, Any] = {"identity": identity, "sessions": []}
-    results_path: Path | None = None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        results_path = out_dir / RESULTS_FILE
-        recorded = read_run_file(out_dir)
-        if resume and recorded is not None:
-            check_identity(out_dir, recorded["identity"], identity)
-            run_file = recorded
-            run_file.setdefault("sessions", [])
-            try:
-                earlier = read_results(results_path, repair=True)
-            except ValueError as exc:
-                raise ResumeMismatch(str(exc)) from None
-        elif resume and results_path.is_file() and results_path.stat().st_size > 0:
-            raise ResumeMismatch(
-                f"{out_dir} has {RESULTS_FILE} but no {RUN_FILE} saying which settings made"
-                " it; use another --out directory (or --no-resume to start it over)"
-            )
-        else:
-            results_path.write_bytes(b"")
-
+    run_file, earlier = _open_run(out_dir, settings.identity(), resume)
     done = {result_key(line) for line in earlier}
     work = [
         [record for record in records if (record.record_id, seed) not in done]
@@ -88,63 +65,20 @@ async def run_benchmark(
         to_do = sum(len(pending) for pending in work)
         on_plan(len(records) * len(settings.seeds) - to_do, to_do)
 
-    session: dict[str, Any] = {
+    entry: dict[str, Any] = {
         "started_at": started_at.isoformat(),
         "settings": settings.as_dict(),
         "records_selected": len(records),
         "records_attributed": 0,
         "wall_time_s": 0.0,
     }
-    run_file["sessions"].append(session)
-    began = time.perf_counter()
-    if out_dir is not None:
-        write_run_file(out_dir, run_file)
-
-    new_lines: list[dict[str, Any]] = []
-    results_file: IO[str] | None = None
-    if results_path is not None:
-        results_file = results_path.open("a", encoding="utf-8")
-
-    def record_outcome(outcome: RecordOutcome) -> None:
-        line = outcome.as_json()
-        new_lines.append(line)
-        if results_file is not None and out_dir is not None:
-            results_file.write(json.dumps(line, ensure_ascii=False) + "\n")
-            results_file.flush()
-            session["records_attributed"] += 1
-            session["wall_time_s"] = time.perf_counter() - began
-            write_run_file(out_dir, run_file)
-        if on_outcome is not None:
-            on_outcome(outcome)
-
-    try:
-        for repeat, (seed, pending) in enumerate(zip(settings.seeds, work, strict=True)):
-            if not pending:
-                continue
-            options = AttributeOptions(
-                use_ground_truth=settings.use_ground_truth,
-                seed=seed,
-                extra=dict(settings.attributor_config),
-            )
-            await attribute_records(
-                pending,
-                attributor,
-                options,
-                concurrency=settings.concurrency,
-                repeat=repeat,
-                on_outcome=record_outcome,
-            )
-    finally:
-        if results_file is not None:
-            results_file.close()
-        session["wall_time_s"] = time.perf_counter() - began
-        if out_dir is not None:
-            write_run_file(out_dir, run_file)
+    with _Session(run_file, entry, out_dir, on_outcome) as session:
+        await _attribute_work(work, attributor, settings, session.record)
 
     wall_time = sum(float(s.get("wall_time_s", 0.0)) for s in run_file["sessions"])
     first_start = run_file["sessions"][0].get("started_at", started_at.isoformat())
     summary = summarise_results(
-        [*earlier, *new_lines],
+        [*earlier, *session.lines],
         settings,
         wall_time_s=wall_time,
         started_at=datetime.fromisoformat(first_start),
@@ -153,11 +87,114 @@ async def run_benchmark(
         records_selected=len(records),
     )
     summary["sessions"] = len(run_file["sessions"])
-    summary["attributed_this_session"] = len(new_lines)
+    summary["attributed_this_session"] = len(session.lines)
     if out_dir is not None:
-        (out_dir / "summary.json").write_text(
-            json.dumps(summary, indent=2) + "\n", encoding="utf-8"
-        )
-        (out_dir / "report.md").write_text(render_report(summary), encoding="utf-8")
-        write_html_report(out_dir, summary, [*earlier, *new_lines])
+        _write_reports(out_dir, summary, [*earlier, *session.lines])
     return summary
+
+
+def _open_run(
+    out_dir: Path | None, identity: dict[str, Any], resume: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run file and the result lines of earlier sessions: those in `out_dir` when
+    resuming a run made with the same identity, none when starting (results.jsonl emptied)."""
+    run_file: dict[str, Any] = {"identity": identity, "sessions": []}
+    if out_dir is None:
+        return run_file, []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results_path = out_dir / RESULTS_FILE
+    recorded = read_run_file(out_dir)
+    if resume and recorded is not None:
+        check_identity(out_dir, recorded["identity"], identity)
+        recorded.setdefault("sessions", [])
+        try:
+            return recorded, read_results(results_path, repair=True)
+        except ValueError as exc:
+            raise ResumeMismatch(str(exc)) from None
+    if resume and results_path.is_file() and results_path.stat().st_size > 0:
+        raise ResumeMismatch(
+            f"{out_dir} has {RESULTS_FILE} but no {RUN_FILE} saying which settings made"
+            " it; use another --out directory (or --no-resume to start it over)"
+        )
+    results_path.write_bytes(b"")
+    return run_file, []
+
+
+class _Session:
+    """This invocation of a run, for the length of a `with` block: its entry in run.json,
+    and the result lines it appends to results.jsonl as records finish (kept in memory
+    only, without an output directory)."""
+
+    def __init__(
+        self,
+        run_file: dict[str, Any],
+        entry: dict[str, Any],
+        out_dir: Path | None,
+        on_outcome: Callable[[RecordOutcome], None] | None,
+    ) -> None:
+        self.run_file = run_file
+        self.entry = entry
+        self.out_dir = out_dir
+        self.on_outcome = on_outcome
+        self.lines: list[dict[str, Any]] = []
+        self.began = 0.0
+        self.results_file: IO[str] | None = None
+
+    def __enter__(self) -> _Session:
+        self.run_file["sessions"].append(self.entry)
+        self.began = time.perf_counter()
+        if self.out_dir is not None:
+            write_run_file(self.out_dir, self.run_file)
+            self.results_file = (self.out_dir / RESULTS_FILE).open("a", encoding="utf-8")
+        return self
+
+    def record(self, outcome: RecordOutcome) -> None:
+        line = outcome.as_json()
+        self.lines.append(line)
+        if self.results_file is not None and self.out_dir is not None:
+            self.results_file.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self.results_file.flush()
+            self.entry["records_attributed"] += 1
+            self.entry["wall_time_s"] = time.perf_counter() - self.began
+            write_run_file(self.out_dir, self.run_file)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.results_file is not None:
+            self.results_file.close()
+        self.entry["wall_time_s"] = time.perf_counter() - self.began
+        if self.out_dir is not None:
+            write_run_file(self.out_dir, self.run_file)
+
+
+async def _attribute_work(
+    work: Sequence[Sequence[BenchmarkRecord]],
+    attributor: Attributor,
+    settings: BenchmarkSettings,
+    on_outcome: Callable[[RecordOutcome], None],
+) -> None:
+    """Attribute each seed's pending records, one repeat after the other."""
+    for repeat, (seed, pending) in enumerate(zip(settings.seeds, work, strict=True)):
+        if not pending:
+            continue
+        options = AttributeOptions(
+            use_ground_truth=settings.use_ground_truth,
+            seed=seed,
+            extra=dict(settings.attributor_config),
+        )
+        await attribute_records(
+            pending,
+            attributor,
+            options,
+            concurrency=settings.concurrency,
+            repeat=repeat,
+            on_outcome=on_outcome,
+        )
+
+
+def _write_reports(out_dir: Path, summary: dict[str, Any], lines: list[dict[str, Any]]) -> None:
+    """summary.json, report.md and report.html."""
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "report.md").write_text(render_report(summary), encoding="utf-8")
+    write_html_report(out_dir, summary, lines)
