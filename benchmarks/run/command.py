@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultfinder.attributors.base import (
+    Attributor,
     UnknownAttributorError,
     available_attributors,
     close_attributor,
@@ -33,20 +34,18 @@ from faultfinder.benchmarks.datasets import (
 )
 from faultfinder.benchmarks.run.attribution import BenchmarkSettings
 from faultfinder.benchmarks.run.benchmark import run_benchmark
-from faultfinder.benchmarks.run.checkpoint import (
-    RESULTS_FILE,
-    ResumeMismatch,
-    check_identity,
-    read_run_file,
-)
+from faultfinder.benchmarks.run.checkpoint import RESULTS_FILE, ResumeMismatch
 from faultfinder.benchmarks.run.models import (
-    fold_models,
+    check_model_options,
     model_client_settings,
     model_options,
+    prefilter_folds,
+    prefilter_settings,
+    recorded_model,
     terminate_cleanly,
 )
 from faultfinder.benchmarks.run.progress import attribution_progress
-from faultfinder.benchmarks.run.selection import choose_records
+from faultfinder.benchmarks.run.selection import load_records
 from faultfinder.benchmarks.subsets import FIXED_SUBSET_SEED
 
 __all__ = ["run_command"]
@@ -282,7 +281,6 @@ def run_command(
 
     Runs are resumable: rerun with the same --out to finish what an interrupted run left.
     """
-    is_llm = attributor in LLM_METHODS
     given_model = model_options(
         model,
         base_url,
@@ -294,118 +292,61 @@ def run_command(
             "context_tokens": context_tokens,
         },
     )
-    if not is_llm and (given_model or local_model):
-        raise click.UsageError(
-            f"model options apply to the LLM methods ({', '.join(LLM_METHODS)}), not {attributor!r}"
-        )
-    if local_model is not None and (model or base_url or api_key):
-        raise click.UsageError(
-            "--local-model serves its own endpoint; drop --model/--base-url/--api-key"
-        )
-    on_who_and_when = dataset.strip().lower().split(":")[0] == "who_and_when"
-    if prefilter_top_k is not None and (not is_llm or attributor == "step_by_step"):
-        raise click.UsageError(
-            "--prefilter applies to the LLM methods that take hints"
-            f" ({', '.join(m for m in LLM_METHODS if m != 'step_by_step')}), not {attributor!r}"
-        )
-    if prefilter_cv is not None and (prefilter_top_k is None or not on_who_and_when):
-        raise click.UsageError("--prefilter-cv needs --prefilter and a who_and_when dataset")
-    if prefilter_top_k is not None and on_who_and_when:
-        prefilter_cv = prefilter_cv or 5
+    check_model_options(attributor, given_model, local_model, bool(model or base_url or api_key))
+    prefilter_cv = prefilter_folds(attributor, dataset, prefilter_top_k, prefilter_cv)
     root = resolve_datasets_dir(datasets_dir)
-    try:
-        everything = list(load_dataset(dataset, root))
-    except DatasetError as exc:
-        # The message names the folder or file and field at fault.
-        raise click.ClickException(str(exc)) from None
-    records, selection = choose_records(everything, limit, records_file, fraction, subset_seed)
-    if not records:
-        raise click.BadParameter(
-            f"{dataset!r} has no records under {root}", param_hint="'--dataset'"
-        )
-    if (group_by != "task" or train_also) and cv_folds is None:
-        raise click.UsageError("--group-by and --train-also apply to --cv")
-    if learned_model is not None and (attributor != "learned" or cv_folds is not None):
-        raise click.UsageError("--learned-model applies to the learned attributor without --cv")
+    records, selection = load_records(dataset, root, limit, records_file, fraction, subset_seed)
+    _check_training_options(attributor, cv_folds, group_by, train_also, learned_model)
     if cv_folds is not None:
-        from faultfinder.benchmarks.cv import CVSettings, cross_validate_command
-
-        extra: list[BenchmarkRecord] = []
-        if train_also:
-            try:
-                extra = list(load_dataset(train_also, root))
-            except DatasetError as exc:
-                raise click.ClickException(str(exc)) from None
-            scored = {record.record_id for record in records}
-            extra = [record for record in extra if record.record_id not in scored]
-        cross_validate_command(
+        _cross_validate(
             records,
-            attributor=attributor,
-            settings=CVSettings(
-                folds=cv_folds,
-                seeds=tuple(seed + r for r in range(cv_seeds)),
-                use_ground_truth=with_ground_truth,
-                group_by=group_by,
-                also_trained_on=train_also,
-            ),
+            attributor,
+            root=root,
+            folds=cv_folds,
+            seeds=tuple(seed + r for r in range(cv_seeds)),
+            use_ground_truth=with_ground_truth,
+            group_by=group_by,
+            train_also=train_also,
             out_dir=out if out is not None else _default_out_dir(dataset, f"{attributor}-cv"),
             as_json=as_json,
-            also_train_on=extra,
         )
         return
     if concurrency is None:
         concurrency = 1 if local_model is not None else 4
     stderr = Console(stderr=True)
-    prefilter: dict[str, Any] | None = None
-    prefilter_config: dict[str, Any] = {}
     label = attributor if prefilter_top_k is None else f"{attributor}-prefilter{prefilter_top_k}"
     out_dir = out if out is not None else _default_out_dir(dataset, label)
-    if prefilter_top_k is not None:
-        prefilter = {"top_k": prefilter_top_k, "cv_folds": prefilter_cv, "cv_seed": None}
-        prefilter_config["prefilter_top_k"] = prefilter_top_k
-        if prefilter_cv is not None:
-            prefilter["cv_seed"] = seed
-            # A directory whose hints came from folds split otherwise (before folds kept a
-            # task's runs together) must not be continued with these.
-            from faultfinder.attributors.learned.training import FOLDS_BY
-
-            prefilter["cv_folds_by"] = FOLDS_BY
-            # Refuse a directory made with another pre-filter before spending time on training.
-            try:
-                recorded = read_run_file(out_dir) if resume else None
-                if recorded is not None:
-                    identity = recorded["identity"]
-                    check_identity(out_dir, identity, {**identity, "prefilter": prefilter})
-            except ResumeMismatch as exc:
-                raise click.ClickException(str(exc)) from None
-            prefilter_config["prefilter_model"] = fold_models(
-                root, records, prefilter_cv, seed, with_ground_truth, stderr
-            )
+    prefilter, config = prefilter_settings(
+        prefilter_top_k,
+        prefilter_cv,
+        seed,
+        resumed_dir=out_dir if resume else None,
+        root=root,
+        records=records,
+        use_ground_truth=with_ground_truth,
+        console=stderr,
+    )
+    if learned_model is not None:
+        config["model_path"] = str(learned_model)
 
     # One request at a time per record keeps a single local server from thrashing.
     given_model.setdefault("concurrency", concurrency)
     with (
         terminate_cleanly(),
         model_client_settings(
-            is_llm, local_model, given_model, out_dir, context_tokens, local_threads, stderr
+            attributor in LLM_METHODS,
+            local_model,
+            given_model,
+            out_dir,
+            context_tokens,
+            local_threads,
+            stderr,
         ) as model_settings,
     ):
-        config: dict[str, Any] = dict(prefilter_config)
-        if learned_model is not None:
-            config["model_path"] = str(learned_model)
-        model_identity: str | None = None
-        recorded_model: dict[str, Any] = {}
         if model_settings is not None:
             config["settings"] = model_settings
-            model_identity = local_model or model_settings.model
-            recorded_model = model_settings.model_dump(mode="json", exclude={"api_key"})
-            if local_model is not None:
-                recorded_model["local_model"] = local_model
-        try:
-            method = get_attributor(attributor, **config)
-        except UnknownAttributorError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--attributor'") from None
-
+        method = _attributor(attributor, config)
+        model_identity, model_record = recorded_model(model_settings, local_model)
         settings = BenchmarkSettings(
             dataset=dataset,
             attributor=attributor,
@@ -416,42 +357,117 @@ def run_command(
             repeats=repeats,
             datasets_dir=str(root),
             model=model_identity,
-            model_settings=recorded_model,
+            model_settings=model_record,
             selection=selection,
             prefilter=prefilter,
         )
-        progress = attribution_progress(stderr)
-        with progress:
-            task = progress.add_task(f"{attributor} on {dataset}", total=None)
-
-            def plan(finished: int, to_do: int) -> None:
-                if finished:
-                    stderr.print(
-                        f"resuming {out_dir}: {finished} of {finished + to_do} selected"
-                        f" attributions already done, {to_do} to go"
-                    )
-                progress.update(task, total=to_do)
-
-            async def run_then_close() -> dict[str, Any]:
-                try:
-                    return await run_benchmark(
-                        records,
-                        method,
-                        settings,
-                        out_dir=out_dir,
-                        resume=resume,
-                        on_outcome=lambda _: progress.advance(task),
-                        on_plan=plan,
-                    )
-                finally:
-                    await close_attributor(method)
-
-            try:
-                summary = anyio.run(run_then_close)
-            except ResumeMismatch as exc:
-                raise click.ClickException(str(exc)) from None
+        summary = _run_with_progress(records, method, settings, out_dir, resume, stderr)
 
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
     _print_summary(summary, out_dir)
+
+
+def _check_training_options(
+    attributor: str,
+    cv_folds: int | None,
+    group_by: str,
+    train_also: str | None,
+    learned_model: Path | None,
+) -> None:
+    """The cross-validation options only with --cv; a model file only for the learned
+    attributor scored as it is."""
+    if (group_by != "task" or train_also) and cv_folds is None:
+        raise click.UsageError("--group-by and --train-also apply to --cv")
+    if learned_model is not None and (attributor != "learned" or cv_folds is not None):
+        raise click.UsageError("--learned-model applies to the learned attributor without --cv")
+
+
+def _cross_validate(
+    records: list[BenchmarkRecord],
+    attributor: str,
+    *,
+    root: Path,
+    folds: int,
+    seeds: tuple[int, ...],
+    use_ground_truth: bool,
+    group_by: str,
+    train_also: str | None,
+    out_dir: Path,
+    as_json: bool,
+) -> None:
+    """`--cv`: score the trained attributor on held-out folds only; the --train-also
+    records that are not scored join every fold's training."""
+    from faultfinder.benchmarks.cv import CVSettings, cross_validate_command
+
+    extra: list[BenchmarkRecord] = []
+    if train_also:
+        try:
+            extra = list(load_dataset(train_also, root))
+        except DatasetError as exc:
+            raise click.ClickException(str(exc)) from None
+        scored = {record.record_id for record in records}
+        extra = [record for record in extra if record.record_id not in scored]
+    cross_validate_command(
+        records,
+        attributor=attributor,
+        settings=CVSettings(
+            folds=folds,
+            seeds=seeds,
+            use_ground_truth=use_ground_truth,
+            group_by=group_by,
+            also_trained_on=train_also,
+        ),
+        out_dir=out_dir,
+        as_json=as_json,
+        also_train_on=extra,
+    )
+
+
+def _attributor(name: str, config: Mapping[str, Any]) -> Attributor:
+    try:
+        return get_attributor(name, **config)
+    except UnknownAttributorError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--attributor'") from None
+
+
+def _run_with_progress(
+    records: list[BenchmarkRecord],
+    method: Attributor,
+    settings: BenchmarkSettings,
+    out_dir: Path,
+    resume: bool,
+    console: Console,
+) -> dict[str, Any]:
+    """`run_benchmark` under a progress bar, closing the attributor after it."""
+    progress = attribution_progress(console)
+    with progress:
+        task = progress.add_task(f"{settings.attributor} on {settings.dataset}", total=None)
+
+        def plan(finished: int, to_do: int) -> None:
+            if finished:
+                console.print(
+                    f"resuming {out_dir}: {finished} of {finished + to_do} selected"
+                    f" attributions already done, {to_do} to go"
+                )
+            progress.update(task, total=to_do)
+
+        async def run_then_close() -> dict[str, Any]:
+            try:
+                return await run_benchmark(
+                    records,
+                    method,
+                    settings,
+                    out_dir=out_dir,
+                    resume=resume,
+                    on_outcome=lambda _: progress.advance(task),
+                    on_plan=plan,
+                )
+            finally:
+                await close_attributor(method)
+
+        try:
+            return anyio.run(run_then_close)
+        except ResumeMismatch as exc:
+            raise click.ClickException(str(exc)) from None

@@ -1,5 +1,6 @@
-"""The model side of `faultfinder bench run`: client settings from options and the
-environment, a local model server for the run, and the out-of-fold pre-filter models."""
+"""The model side of `faultfinder bench run`: which model options apply, client settings
+from options and the environment, a local model server for the run, the model a run
+records, and the learned pre-filter with its out-of-fold models."""
 
 from __future__ import annotations
 
@@ -15,10 +16,21 @@ import click
 from rich.console import Console
 
 from faultfinder.attributors.llm import ModelSettings
+from faultfinder.attributors.llm.methods import LLM_METHODS
 from faultfinder.attributors.local_model import LocalModelError, LocalModelServer
 from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
+from faultfinder.benchmarks.run.checkpoint import ResumeMismatch, check_identity, read_run_file
 
-__all__ = ["fold_models", "model_client_settings", "model_options", "terminate_cleanly"]
+__all__ = [
+    "check_model_options",
+    "fold_models",
+    "model_client_settings",
+    "model_options",
+    "prefilter_folds",
+    "prefilter_settings",
+    "recorded_model",
+    "terminate_cleanly",
+]
 
 
 def model_options(
@@ -29,6 +41,38 @@ def model_options(
 ) -> dict[str, Any]:
     values = {"model": model, "base_url": base_url, "api_key": api_key, **overrides}
     return {key: value for key, value in values.items() if value is not None}
+
+
+def check_model_options(
+    attributor: str, given: Mapping[str, Any], local_model: str | None, names_endpoint: bool
+) -> None:
+    """Model options only for the LLM methods; a local model only without an endpoint."""
+    if attributor not in LLM_METHODS and (given or local_model):
+        raise click.UsageError(
+            f"model options apply to the LLM methods ({', '.join(LLM_METHODS)}), not {attributor!r}"
+        )
+    if local_model is not None and names_endpoint:
+        raise click.UsageError(
+            "--local-model serves its own endpoint; drop --model/--base-url/--api-key"
+        )
+
+
+def prefilter_folds(
+    attributor: str, dataset: str, top_k: int | None, folds: int | None
+) -> int | None:
+    """The folds of the out-of-fold pre-filter models: --prefilter-cv, 5 by default with
+    --prefilter on Who&When, None elsewhere; --prefilter only for the methods taking hints."""
+    on_who_and_when = dataset.strip().lower().split(":")[0] == "who_and_when"
+    if top_k is not None and (attributor not in LLM_METHODS or attributor == "step_by_step"):
+        raise click.UsageError(
+            "--prefilter applies to the LLM methods that take hints"
+            f" ({', '.join(m for m in LLM_METHODS if m != 'step_by_step')}), not {attributor!r}"
+        )
+    if folds is not None and (top_k is None or not on_who_and_when):
+        raise click.UsageError("--prefilter-cv needs --prefilter and a who_and_when dataset")
+    if top_k is not None and on_who_and_when:
+        return folds or 5
+    return folds
 
 
 @contextmanager
@@ -123,3 +167,61 @@ def fold_models(
                 f"training out-of-fold pre-filter models: {done} of {total} folds"
             ),
         )
+
+
+def prefilter_settings(
+    top_k: int | None,
+    folds: int | None,
+    seed: int,
+    *,
+    resumed_dir: Path | None,
+    root: Path,
+    records: list[BenchmarkRecord],
+    use_ground_truth: bool,
+    console: Console,
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The learned pre-filter as the run's identity records it (None when off), and the
+    attributor options that turn it on. With `folds`, the out-of-fold models are trained,
+    once `resumed_dir` (the directory a run continues, if any) is known to hold this
+    pre-filter's results or none."""
+    if top_k is None:
+        return None, {}
+    prefilter: dict[str, Any] = {"top_k": top_k, "cv_folds": folds, "cv_seed": None}
+    config: dict[str, Any] = {"prefilter_top_k": top_k}
+    if folds is not None:
+        prefilter["cv_seed"] = seed
+        # A directory whose hints came from folds split otherwise (before folds kept a
+        # task's runs together) must not be continued with these.
+        from faultfinder.attributors.learned.training import FOLDS_BY
+
+        prefilter["cv_folds_by"] = FOLDS_BY
+        if resumed_dir is not None:
+            _refuse_other_prefilter(resumed_dir, prefilter)
+        config["prefilter_model"] = fold_models(
+            root, records, folds, seed, use_ground_truth, console
+        )
+    return prefilter, config
+
+
+def _refuse_other_prefilter(out_dir: Path, prefilter: Mapping[str, Any]) -> None:
+    """Refuse a directory made with another pre-filter before spending time on training."""
+    try:
+        recorded = read_run_file(out_dir)
+        if recorded is not None:
+            identity = recorded["identity"]
+            check_identity(out_dir, identity, {**identity, "prefilter": prefilter})
+    except ResumeMismatch as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def recorded_model(
+    model_settings: ModelSettings | None, local_model: str | None
+) -> tuple[str | None, dict[str, Any]]:
+    """The model's identity (the local model or the endpoint's model name) and the client
+    settings summary.json records (without the key); None and nothing for other methods."""
+    if model_settings is None:
+        return None, {}
+    recorded = model_settings.model_dump(mode="json", exclude={"api_key"})
+    if local_model is not None:
+        recorded["local_model"] = local_model
+    return local_model or model_settings.model, recorded

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
 from faultfinder.benchmarks.subsets import (
     SubsetError,
     parse_fraction,
@@ -16,7 +16,29 @@ from faultfinder.benchmarks.subsets import (
     select_records,
 )
 
-__all__ = ["choose_records"]
+__all__ = ["choose_records", "load_records"]
+
+
+def load_records(
+    dataset: str,
+    root: Path,
+    limit: int | None,
+    records_file: Path | None,
+    fraction: str | None,
+    subset_seed: int,
+) -> tuple[list[BenchmarkRecord], str]:
+    """The records the run attributes, and how they were chosen."""
+    try:
+        everything = list(load_dataset(dataset, root))
+    except DatasetError as exc:
+        # The message names the folder or file and field at fault.
+        raise click.ClickException(str(exc)) from None
+    records, selection = choose_records(everything, limit, records_file, fraction, subset_seed)
+    if not records:
+        raise click.BadParameter(
+            f"{dataset!r} has no records under {root}", param_hint="'--dataset'"
+        )
+    return records, selection
 
 
 def choose_records(
