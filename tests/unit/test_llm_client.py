@@ -1,5 +1,6 @@
 """Reading model replies: JSON extraction, the Who&When text format, and validation against
-the trajectory (no network here; the HTTP paths are in tests/integration/test_llm_methods.py)."""
+the trajectory (no network here; the HTTP paths are in
+tests/integration/test_llm_protocol_faults.py)."""
 
 from __future__ import annotations
 
