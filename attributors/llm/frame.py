@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from faultfinder.attributors.base import AttributeOptions
-from faultfinder.attributors.learned import StepModel, blameable, default_model
+from faultfinder.attributors.learned import (
+    LearnedAttributor,
+    StepModel,
+    blameable,
+    default_model,
+)
 from faultfinder.attributors.llm import prompts, render
 from faultfinder.attributors.llm.client import ModelClient, ModelSession
 from faultfinder.attributors.llm.replies import ModelCallFailed, Prompt, ReplyFormat
@@ -214,12 +219,14 @@ class LLMAttributor:
         trajectory = run.trajectory
         source = self.prefilter_model
         model = source(trajectory) if callable(source) else (source or default_model())
-        scores = model.score(trajectory, use_ground_truth=run.ground_truth is not None)
+        # The learned attributor's own ranking (its evidence-first order included).
+        learned = LearnedAttributor(model).attribute_now(
+            trajectory, AttributeOptions(use_ground_truth=run.ground_truth is not None)
+        )
         steps = trajectory.steps
-        mask = blameable(steps, trajectory.declared_roster)
-        probabilities = model.distribution(scores, mask)
-        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        order = [i for i in ranked if mask[i]][:top_k]
+        ranked = learned.candidates[:top_k]
+        order = [candidate.step for candidate in ranked]
+        probability = {candidate.step: candidate.score for candidate in ranked}
         run.hints = tuple((steps[i].index, render.speaker_label(steps[i])) for i in order)
         run.far_chars = far_chars
         run.prefilter = {
@@ -227,7 +234,7 @@ class LLMAttributor:
             "far_chars": far_chars,
             "model": str(model.training.get("prefilter_source") or "packaged learned model"),
             "candidates": [
-                {"step": steps[i].index, "agent": steps[i].agent, "p": round(probabilities[i], 4)}
+                {"step": steps[i].index, "agent": steps[i].agent, "p": round(probability[i], 4)}
                 for i in order
             ],
         }

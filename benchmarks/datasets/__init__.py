@@ -29,6 +29,7 @@ from faultfinder.benchmarks.datasets.records import (
     BenchmarkRecord,
     DatasetError,
     GoldLabel,
+    UnknownDatasetError,
     default_datasets_dir,
     resolve_datasets_dir,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "BenchmarkRecord",
     "DatasetError",
     "GoldLabel",
+    "UnknownDatasetError",
     "check_spec",
     "count_records",
     "default_datasets_dir",

@@ -20,6 +20,7 @@ from faultfinder.benchmarks.datasets.records import (
     WHO_AND_WHEN_PRO,
     BenchmarkRecord,
     DatasetError,
+    UnknownDatasetError,
     resolve_datasets_dir,
 )
 from faultfinder.benchmarks.datasets.who_and_when import (
@@ -83,7 +84,7 @@ def check_spec(spec: str, root: str | os.PathLike[str] | None = None) -> None:
 def _sources(spec: str, root: str | os.PathLike[str] | None) -> list[_Source]:
     parts = [part.strip() for part in spec.split(",") if part.strip()]
     if not parts:
-        raise DatasetError(f"empty dataset spec {spec!r}; valid: {SPEC_HELP}")
+        raise UnknownDatasetError(f"empty dataset spec {spec!r}; valid: {SPEC_HELP}")
     sources: list[_Source] = []
     for part in parts:
         sources.extend(_part_sources(part, root))
@@ -111,7 +112,7 @@ def _part_sources(part: str, root: str | os.PathLike[str] | None) -> list[_Sourc
         return [_generic(path)]
     if path.is_dir():
         return _folder_sources(path)
-    raise DatasetError(
+    raise UnknownDatasetError(
         f"unknown dataset spec {part!r} (no such named dataset, file or folder); valid: {SPEC_HELP}"
     )
 

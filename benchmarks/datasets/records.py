@@ -21,6 +21,10 @@ class DatasetError(ValueError):
     """A dataset file is missing or malformed; the message names the file and the field."""
 
 
+class UnknownDatasetError(DatasetError):
+    """A dataset spec names no known dataset, file or folder."""
+
+
 @dataclass(frozen=True)
 class GoldLabel:
     """The labelled culprit of a failed run."""

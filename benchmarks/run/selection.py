@@ -8,7 +8,12 @@ from pathlib import Path
 
 import click
 
-from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
+from faultfinder.benchmarks.datasets import (
+    BenchmarkRecord,
+    DatasetError,
+    UnknownDatasetError,
+    load_dataset,
+)
 from faultfinder.benchmarks.subsets import (
     SubsetError,
     parse_fraction,
@@ -30,6 +35,8 @@ def load_records(
     """The records the run attributes, and how they were chosen."""
     try:
         everything = list(load_dataset(dataset, root))
+    except UnknownDatasetError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--dataset'") from None
     except DatasetError as exc:
         # The message names the folder or file and field at fault.
         raise click.ClickException(str(exc)) from None
