@@ -20,7 +20,7 @@ import threading
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -51,7 +51,7 @@ def _unwrap(value: dict[str, Any]) -> dict[str, Any]:
     return inner if isinstance(inner, dict) and "name" in inner else value
 
 
-def recover_tool_calls(text: str, tools: dict[str, set[str] | None]) -> list[dict[str, Any]]:
+def recover_tool_calls(text: str, tools: Mapping[str, set[str] | None]) -> list[dict[str, Any]]:
     """The OpenAI tool calls written in `text`: JSON objects naming one of `tools` with
     an `arguments` object (a tool's definition echoed back, with `parameters`, is not
     one). `tools` maps each name to its declared parameters (None: any); arguments it

@@ -15,8 +15,8 @@ from openai import OpenAI
 
 from faultfinder.cli.tool_call_front import ToolCallFront, recover_tool_calls
 
-TOOLS = {"city_facts": {"city"}, "read_sales_csv": set()}
-CITY_TOOL = {
+TOOLS: dict[str, set[str] | None] = {"city_facts": {"city"}, "read_sales_csv": set()}
+CITY_TOOL: Any = {
     "type": "function",
     "function": {
         "name": "city_facts",
