@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 UPSTREAM=${UPSTREAM:-http://127.0.0.1:8080/v1}
-FRAMEWORKS=${FRAMEWORKS:-"langgraph openai-agents pydantic-ai smolagents llamaindex"}
+FRAMEWORKS=${FRAMEWORKS:-"langgraph openai-agents pydantic-ai"}
 ROUNDS=${ROUNDS:-"2 4 6 8"}
 TIMEOUT=${TIMEOUT:-600}
 corpus=benchmarks/corpus

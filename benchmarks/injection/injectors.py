@@ -387,8 +387,9 @@ class _ArgumentInjector:
 
 
 def _other_string(value: str, context: InjectionContext) -> str | None:
-    """Another value of the same kind: a number inside changed, else an entity the run
-    has seen, else the value cut short."""
+    """Another value of the same kind: a number inside changed, else another name the
+    task or a tool's report gave (not a word of the agents' own instructions), else the
+    value with two letters swapped (a typo)."""
     numbers = list(_NUMBER.finditer(value))
     if numbers:
         target = context.rng.choice(numbers)
@@ -398,14 +399,22 @@ def _other_string(value: str, context: InjectionContext) -> str | None:
             if new is not None:
                 return _replace_span(value, target.start(), target.end(), new)
     entities = sorted(
-        {m.group() for m in _ENTITY.finditer(context.context) if m.group() not in _STOP_ENTITIES}
+        {
+            m.group()
+            for m in _ENTITY.finditer(context.observations)
+            if m.group() not in _STOP_ENTITIES
+        }
         - {value}
         - set(_ENTITY.findall(context.answer))
+        - {word for word in _ENTITY.findall(value)}
     )
     if entities and value[:1].isupper():
         return context.rng.choice(entities)
-    if len(value) > 3:
-        return value[: max(2, len(value) // 2)]
+    letters = [i for i in range(1, len(value) - 1) if value[i].isalpha() and value[i + 1].isalpha()]
+    if len(value) > 3 and letters:
+        i = context.rng.choice(letters)
+        swapped = value[:i] + value[i + 1] + value[i] + value[i + 2 :]
+        return swapped if swapped != value else None
     return None
 
 
