@@ -151,7 +151,9 @@ def serve(
     def stop(signum: int, frame: object) -> None:
         process.terminate()
         # A server busy generating may not stop at once: kill it after a grace period.
-        threading.Timer(10.0, process.kill).start()
+        killer = threading.Timer(10.0, process.kill)
+        killer.daemon = True  # never keeps this command alive once the server is gone
+        killer.start()
 
     # Stopped with SIGTERM, the server stops too rather than outliving this command.
     previous = signal.signal(signal.SIGTERM, stop)
