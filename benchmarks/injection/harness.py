@@ -17,15 +17,14 @@ interrupted run continues where it stopped.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import random
 import shlex
 import subprocess
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,10 @@ from typing import Any
 
 import httpx
 
-from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.attributors.model import Trajectory
 from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel, dump_record
 from faultfinder.benchmarks.injection.exchanges import Recording, reply_text
+from faultfinder.benchmarks.injection.files import Task, append_line, read_lines, read_tasks
 from faultfinder.benchmarks.injection.grading import Grader, final_line
 from faultfinder.benchmarks.injection.injectors import (
     MODES,
@@ -46,13 +46,23 @@ from faultfinder.benchmarks.injection.injectors import (
     deterministic_injectors,
     eligible_calls,
 )
+from faultfinder.benchmarks.injection.locate import LocatedStep, locate_injected_step
+from faultfinder.benchmarks.injection.planning import (
+    OUTCOMES,
+    AttemptPlan,
+    corpus_counts,
+    spread_attempts,
+)
 from faultfinder.benchmarks.injection.proxy import ReplayProxy, Session
+from faultfinder.benchmarks.injection.sidecar_api import SidecarAPI
 from faultfinder.benchmarks.sidecar import SidecarProcess
 
 __all__ = [
+    "OUTCOMES",
     "AttemptPlan",
     "HarnessSettings",
     "InjectionHarness",
+    "LocatedStep",
     "Task",
     "locate_injected_step",
     "read_lines",
@@ -61,43 +71,6 @@ __all__ = [
 
 INJECTED_DATASET = "faultfinder-injected"
 """`dataset` of the records the harness writes."""
-
-OUTCOMES = ("kept", "recovered", "diverged", "unmapped", "no_run", "not_applicable", "error")
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    task: str
-    answer: str
-
-
-def read_tasks(path: Path) -> list[Task]:
-    """A task file: JSON Lines of `{"id", "task", "answer"}` (other fields ignored)."""
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}:{number}: must hold a JSON object")
-        fields = {}
-        for key in ("id", "task", "answer"):
-            value = data.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                value = str(value)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{path}:{number}: field {key!r} must be a non-empty string")
-            fields[key] = value
-        if fields["id"] in seen:
-            raise ValueError(f"{path}:{number}: task id {fields['id']!r} appears twice")
-        seen.add(fields["id"])
-        tasks.append(Task(**fields))
-    return tasks
 
 
 @dataclass(frozen=True)
@@ -124,17 +97,6 @@ class HarnessSettings:
     """Plant the modes no deterministic injector makes by asking the model."""
 
 
-@dataclass(frozen=True)
-class AttemptPlan:
-    task_id: str
-    call: int
-    mode: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.task_id}:{self.call}:{self.mode}"
-
-
 @dataclass
 class _Invocation:
     returncode: int | None
@@ -143,78 +105,6 @@ class _Invocation:
     run_id: str | None
     other_runs: list[str]
     seconds: float
-
-
-class _Sidecar:
-    """The sidecar's HTTP API as the harness uses it."""
-
-    def __init__(self, url: str, api_key: str | None) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.url = url.rstrip("/")
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=60)
-
-    def run_ids_since(self, since: float) -> dict[str, int]:
-        """Runs started at/after `since` (Unix seconds) → their span counts."""
-        found: dict[str, int] = {}
-        cursor: str | None = None
-        while True:
-            params: dict[str, Any] = {"since": since, "limit": 500}
-            if cursor:
-                params["cursor"] = cursor
-            page = self.http.get("/api/runs", params=params)
-            page.raise_for_status()
-            body = page.json()
-            found.update({item["id"]: int(item["n_spans"]) for item in body["items"]})
-            cursor = body.get("next_cursor")
-            if not cursor:
-                return found
-
-    def post_outcome(
-        self, run_id: str, *, success: bool, answer: str, final: str, reason: str
-    ) -> None:
-        answer_ = self.http.post(
-            f"/api/runs/{run_id}/outcome",
-            json={
-                "outcome": "success" if success else "failure",
-                "ground_truth": answer,
-                "final_answer": final,
-                "reason": reason,
-            },
-        )
-        answer_.raise_for_status()
-
-    def trajectory(self, run_id: str) -> Trajectory:
-        answer = self.http.get(f"/api/runs/{run_id}")
-        answer.raise_for_status()
-        return Trajectory.model_validate(answer.json()["trajectory"])
-
-    def label(self, run_id: str, body: Mapping[str, Any]) -> None:
-        answer = self.http.post(f"/api/runs/{run_id}/labels", json=dict(body))
-        answer.raise_for_status()
-
-    def close(self) -> None:
-        self.http.close()
-
-
-def _append(path: Path, item: Mapping[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(item, ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill; its work is redone
-    return out
 
 
 class InjectionHarness:
@@ -229,7 +119,7 @@ class InjectionHarness:
         self.injected_path = out / "injected.jsonl"
         self.summary_path = out / "summary.json"
         self._known_runs: set[str] = set()
-        self._sidecar: _Sidecar | None = None
+        self._sidecar: SidecarAPI | None = None
         self._proxy: ReplayProxy | None = None
 
     # Set-up -------------------------------------------------------------------------
@@ -251,7 +141,7 @@ class InjectionHarness:
                 )
                 stack.enter_context(sidecar)
                 url = sidecar.url
-            self._sidecar = _Sidecar(url, settings.sidecar_api_key)
+            self._sidecar = SidecarAPI(url, settings.sidecar_api_key)
             stack.callback(self._sidecar.close)
             self._known_runs = set(self._sidecar.run_ids_since(0))
             self._proxy = stack.enter_context(
@@ -260,7 +150,7 @@ class InjectionHarness:
             yield self
 
     @property
-    def sidecar(self) -> _Sidecar:
+    def sidecar(self) -> SidecarAPI:
         if self._sidecar is None:
             raise RuntimeError("use `with harness.running():`")
         return self._sidecar
@@ -380,7 +270,7 @@ class InjectionHarness:
             recording.save(self.recordings_dir / f"{_safe(task.id)}.json")
         elif success:
             line["outcome"] = "no_run"
-        _append(self.originals_path, line)
+        append_line(self.originals_path, line)
         return str(line["outcome"])
 
     # Phase 2: inject ----------------------------------------------------------------
@@ -441,21 +331,7 @@ class InjectionHarness:
                         applicable = injector(context) is not None
                     if applicable:
                         by_mode[mode].append(call)
-            modes = [mode for mode in injectors if by_mode[mode]]
-            rng.shuffle(modes)
-            chosen: list[AttemptPlan] = []
-            used: set[tuple[int, str]] = set()
-            while len(chosen) < self.settings.attempts_per_run and modes:
-                for mode in list(modes):
-                    free = [call for call in by_mode[mode] if (call, mode) not in used]
-                    if not free:
-                        modes.remove(mode)
-                        continue
-                    call = rng.choice(free)
-                    used.add((call, mode))
-                    chosen.append(AttemptPlan(task.id, call, mode))
-                    if len(chosen) >= self.settings.attempts_per_run:
-                        break
+            chosen = spread_attempts(task.id, by_mode, self.settings.attempts_per_run, rng)
             plans.extend(sorted(chosen, key=lambda p: (p.call, p.mode)))
         return plans
 
@@ -498,11 +374,11 @@ class InjectionHarness:
             injected = injector(self._context(task, recording, plan.call, rng))
         except httpx.HTTPError as exc:
             line.update(outcome="error", error=f"the injector's model call failed: {exc!r}")
-            _append(self.attempts_path, line)
+            append_line(self.attempts_path, line)
             return "error"
         if injected is None:
             line["outcome"] = "not_applicable"
-            _append(self.attempts_path, line)
+            append_line(self.attempts_path, line)
             return "not_applicable"
         line.update(original=injected.original, injected=injected.injected, how=injected.how)
         session = self.proxy.inject(recording, plan.call, injected.reply)
@@ -520,7 +396,7 @@ class InjectionHarness:
         )
         outcome = self._judge(task, plan, recording, session, invocation, injected, line)
         line["outcome"] = outcome
-        _append(self.attempts_path, line)
+        append_line(self.attempts_path, line)
         return outcome
 
     def _judge(
@@ -620,104 +496,11 @@ class InjectionHarness:
         """Counts like the paper's: per mode, attempts, diverged, recovered, kept."""
         originals = read_lines(self.originals_path)
         attempts = list(self.finished_attempts().values())
-        per_mode: dict[str, Counter[str]] = defaultdict(Counter)
-        for item in attempts:
-            per_mode[item["mode"]][item["outcome"]] += 1
-        tried = [a for a in attempts if a["outcome"] not in ("not_applicable", "error")]
-        replayed = [a for a in tried if a["outcome"] != "no_run"]
-        summary = {
-            "framework": self.settings.framework,
-            "tasks": len(self.settings.tasks),
-            "originals": dict(Counter(item["outcome"] for item in originals)),
-            "attempts": len(tried),
-            "outcomes": dict(Counter(a["outcome"] for a in attempts)),
-            "prefix_replay": {
-                "replayed": len(replayed),
-                "matched": sum(1 for a in replayed if a["outcome"] != "diverged"),
-            },
-            "per_mode": {
-                mode: {
-                    "attempts": sum(
-                        v for k, v in counts.items() if k not in ("not_applicable", "error")
-                    ),
-                    **{outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
-                }
-                for mode, counts in sorted(per_mode.items())
-            },
-        }
+        summary = corpus_counts(
+            self.settings.framework, len(self.settings.tasks), originals, attempts
+        )
         self.summary_path.write_text(json.dumps(summary, indent=2) + "\n")
         return summary
-
-
-@dataclass(frozen=True)
-class LocatedStep:
-    step: int | None
-    first_difference: int | None
-    why: str = ""
-
-
-def _signature(step: Step) -> str:
-    return " ".join(
-        part
-        for part in (step.agent, step.kind.value, step.content, step.tool_arguments or "")
-        if part
-    )
-
-
-def _normal(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
-def locate_injected_step(run: Trajectory, recorded: Trajectory, injected: Injected) -> LocatedStep:
-    """The step of `run` that shows the flawed reply.
-
-    The replayed prefix makes `run` and the recorded successful run identical up to the
-    first step the flaw changed; from there on, the first agent step whose text holds what
-    the injector wrote (the whole flawed text, else the part it changed) is the step.
-    """
-    first = next(
-        (
-            index
-            for index, (a, b) in enumerate(zip(run.steps, recorded.steps, strict=False))
-            if _signature(a) != _signature(b)
-        ),
-        min(len(run.steps), len(recorded.steps)),
-    )
-    if first >= len(run.steps):
-        return LocatedStep(None, first, "the run's steps equal the recorded run's")
-    whole = _normal(injected.injected)
-    fragments = [
-        whole,
-        *(_normal(part) for part in _changed_parts(injected.original, injected.injected)),
-    ]
-    for fragment in fragments:
-        if not fragment:
-            continue
-        for index in range(first, len(run.steps)):
-            step = run.steps[index]
-            if step.kind in (StepKind.HUMAN, StepKind.SYSTEM, StepKind.TOOL):
-                continue
-            text = _normal(" ".join((step.content, step.tool_arguments or "")))
-            if fragment in text or (len(text) > 40 and text in whole):
-                return LocatedStep(index, first)
-    return LocatedStep(None, first, "no step after the recorded prefix shows the flawed reply")
-
-
-_PUNCTUATION = " \t\n,.;:'\"{}()[]"
-
-
-def _changed_parts(original: str, injected: str) -> list[str]:
-    """The runs of words of `injected` that are not in `original` (longest first; a
-    number or a name changed is one such run)."""
-    old, new = original.split(), injected.split()
-    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-    parts = []
-    for tag, _, _, j1, j2 in matcher.get_opcodes():
-        if tag in ("replace", "insert"):
-            part = " ".join(new[j1:j2]).strip(_PUNCTUATION)
-            if len(part) >= 2:
-                parts.append(part)
-    return sorted(parts, key=len, reverse=True)
 
 
 def _safe(task_id: str) -> str:
