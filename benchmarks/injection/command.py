@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import Counter
 from pathlib import Path
@@ -131,6 +132,8 @@ def run_command(
     )
     harness = InjectionHarness(settings)
     console = Console(stderr=True)
+    # One line per model call and API request would bury the progress lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         with harness.running(), Progress(console=console) as progress:
             _record(harness, progress, tasks)
