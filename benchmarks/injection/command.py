@@ -27,6 +27,7 @@ from faultfinder.benchmarks.injection.harness import (
 )
 from faultfinder.benchmarks.injection.injectors import MODES
 from faultfinder.benchmarks.injection.proxy import ReplayProxy
+from faultfinder.benchmarks.run.models import terminate_cleanly
 from faultfinder.server.progress import Progress
 
 __all__ = ["inject_group"]
@@ -135,7 +136,8 @@ def run_command(
     # One line per model call and API request would bury the progress lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        with harness.running(), Progress(console=console) as progress:
+        # A kill (SIGTERM) unwinds like Ctrl-C: the program and the sidecar are stopped.
+        with terminate_cleanly(), harness.running(), Progress(console=console) as progress:
             _record(harness, progress, tasks)
             if not record_only:
                 _inject(harness, progress)
