@@ -403,7 +403,8 @@ class LocalModelServer:
 
     `runtime`: `llama-cpp-python` (the default, what `scripts/install.sh --llm` installs
     and the LLM tests run), `llama-server` (OpenAI tool calls, for agents) or `auto`
-    (llama-server when it is installed).
+    (llama-server when it is installed). `model` is a model name (found in the model
+    packages and joined into the default cache) or the path of a GGUF file.
 
     Use as a context manager: entering starts the process and waits until `/v1/models`
     answers; leaving stops it (SIGTERM, then SIGKILL) and waits for it to exit, so
@@ -419,7 +420,6 @@ class LocalModelServer:
         threads: int = 2,
         log_path: Path | None = None,
         startup_timeout: float = 180.0,
-        cache_dir: Path | None = None,
         die_with_parent: bool = False,
         runtime: str = LLAMA_CPP_PYTHON,
     ) -> None:
@@ -431,7 +431,6 @@ class LocalModelServer:
         self.threads = threads
         self.log_path = log_path
         self.startup_timeout = startup_timeout
-        self.cache_dir = cache_dir
         self.die_with_parent = die_with_parent
         """Linux: the server gets SIGTERM if the thread that started it ends without stopping
         it (a killed test run leaves no 2 GB server behind). Start it from a long-lived
@@ -464,11 +463,7 @@ class LocalModelServer:
         problem = runtime_missing(self.runtime)
         if problem is not None:
             raise LocalModelError(problem)
-        model_path = (
-            self.model
-            if isinstance(self.model, Path)
-            else locate_model(self.model, cache_dir=self.cache_dir)
-        )
+        model_path = self.model if isinstance(self.model, Path) else locate_model(self.model)
         command = server_command(
             model_path,
             port=self.port,
