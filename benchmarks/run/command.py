@@ -22,7 +22,9 @@ from faultfinder.attributors.base import (
     get_attributor,
 )
 from faultfinder.attributors.llm.methods import LLM_METHODS
-from faultfinder.attributors.local_model import LOCAL_MODELS
+from faultfinder.attributors.local_model import (
+    LOCAL_MODELS,
+)
 from faultfinder.attributors.scoring import OVERALL
 from faultfinder.benchmarks.datasets import (
     DATASETS_DIR_ENV,

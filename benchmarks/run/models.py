@@ -17,7 +17,12 @@ from rich.console import Console
 
 from faultfinder.attributors.llm import ModelSettings
 from faultfinder.attributors.llm.methods import LLM_METHODS
-from faultfinder.attributors.local_model import LocalModelError, LocalModelServer
+from faultfinder.attributors.local_model import (
+    LocalModelError,
+)
+from faultfinder.attributors.local_server import (
+    LocalModelServer,
+)
 from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
 from faultfinder.benchmarks.run.checkpoint import ResumeMismatch, check_identity, read_run_file
 

@@ -16,7 +16,13 @@ from urllib.parse import urlsplit
 import pytest
 from click.testing import CliRunner
 
-from faultfinder.attributors.local_model import LocalModelError, locate_model, runtime_missing
+from faultfinder.attributors.local_model import (
+    LocalModelError,
+    locate_model,
+)
+from faultfinder.attributors.local_server import (
+    runtime_missing,
+)
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
 )

@@ -25,7 +25,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 
 from faultfinder import conventions as c
-from faultfinder.attributors.local_model import LocalModelServer
+from faultfinder.attributors.local_server import (
+    LocalModelServer,
+)
 from faultfinder.sdk import Client, configure, shutdown
 from tests.integration.sidecar import Sidecar, quick_sidecar
 from tests.llm_server import running_local_model

@@ -20,7 +20,9 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.profiles.openai import OpenAIModelProfile
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from faultfinder.attributors.local_model import LocalModelServer
+from faultfinder.attributors.local_server import (
+    LocalModelServer,
+)
 from faultfinder.sdk import Client, RunDetail, configure, shutdown
 from tests.integration.sidecar import Sidecar, quick_sidecar
 from tests.llm_server import running_local_model

@@ -18,8 +18,10 @@ from faultfinder.attributors.base import AttributeOptions, get_attributor
 from faultfinder.attributors.local_model import (
     LLAMA_SERVER,
     LocalModelError,
-    LocalModelServer,
     locate_model,
+)
+from faultfinder.attributors.local_server import (
+    LocalModelServer,
     runtime_missing,
 )
 from faultfinder.attributors.model import AttributionStatus, Step, Trajectory, validate_against

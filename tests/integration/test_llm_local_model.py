@@ -14,8 +14,10 @@ from faultfinder.attributors.local_model import (
     LOCAL_MODELS,
     LocalModel,
     LocalModelError,
-    LocalModelServer,
     locate_model,
+)
+from faultfinder.attributors.local_server import (
+    LocalModelServer,
 )
 from faultfinder.attributors.model import AttributionStatus, Trajectory
 from faultfinder.cli.llm import llm_group

