@@ -4,6 +4,7 @@ subset, model endpoint or local model server), shows progress and prints the sum
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +56,9 @@ __all__ = ["run_command"]
 
 def _default_out_dir(dataset: str, attributor: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path("bench-out") / f"{dataset.replace(':', '-')}-{attributor}-{stamp}"
+    # A dataset may be a path (absolute, or with folders): one flat name under bench-out/.
+    slug = re.sub(r"[^A-Za-z0-9_.]+", "-", dataset).strip("-.") or "dataset"
+    base = Path("bench-out") / f"{slug}-{attributor}-{stamp}"
     candidate, suffix = base, 1
     while candidate.exists():
         suffix += 1
