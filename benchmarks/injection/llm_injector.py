@@ -3,6 +3,7 @@ flaw of a mode no deterministic injector plants, and the result is checked."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ from faultfinder.benchmarks.injection.context import MODES, Injected, InjectionC
 from faultfinder.benchmarks.injection.exchanges import reply_text, reply_tool_calls, with_message
 from faultfinder.benchmarks.injection.figures import NUMBER, values_in
 
-__all__ = ["LLM_MODES", "LLMInjector"]
+__all__ = ["LLM_MODES", "MAX_GROWTH", "LLMInjector"]
 
 _LLM_INSTRUCTIONS: dict[str, str] = {
     "R.4": "Make the message answer a slightly different question than the task asks (a"
@@ -62,8 +63,10 @@ class LLMInjector:
             f"The mistake to plant: {MODES[self.mode]}. {_LLM_INSTRUCTIONS[self.mode]}\n\n"
             "The edited message:"
         )
-        flawed = _strip_fences(self.complete(_SYSTEM, prompt)).strip()
+        flawed = _without_commentary(_strip_fences(self.complete(_SYSTEM, prompt)))
         if not flawed or _normalised(flawed) == _normalised(text):
+            return None
+        if len(flawed) > MAX_GROWTH * len(text) + 200:
             return None
         if _contains_answer(flawed, context.answer) and not _contains_answer(text, context.answer):
             return None
@@ -75,6 +78,33 @@ class LLMInjector:
             f"the model rewrote the message with a {self.mode} flaw",
             injector="llm",
         )
+
+
+MAX_GROWTH = 2
+"""A rewrite longer than twice the original (plus 200 characters) is refused: the edit
+was to keep the message's length, and a long one is a different message."""
+
+_COMMENTARY = re.compile(
+    r"^\s*(?:(?:this|the|my|in this|in the)\s+(?:edit|edited|revised|modified|new|updated)"
+    r"|(?:this|the)\s+(?:version|change|modification|message now)"
+    r"|(?:note|explanation|changes?|edit|mistake|error)\s*(?:made|planted|introduced)?\s*:"
+    r"|i\s+(?:have\s+)?(?:changed|edited|replaced|introduced|modified))",
+    re.IGNORECASE,
+)
+_PREAMBLE = re.compile(r"^\s*(?:here\s+is|here's)\b[^\n]*:\s*\n", re.IGNORECASE)
+
+
+def _without_commentary(text: str) -> str:
+    """The edited message without what the model said about its edit: a leading "Here is
+    the edited message:" line and every paragraph from the first that talks about the edit
+    ("This edit keeps…", "Note: …")."""
+    text = _PREAMBLE.sub("", text.strip(), count=1)
+    kept: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if kept and _COMMENTARY.match(paragraph):
+            break
+        kept.append(paragraph)
+    return "\n\n".join(kept).strip()
 
 
 def _strip_fences(text: str) -> str:

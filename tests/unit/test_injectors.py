@@ -152,6 +152,23 @@ def test_a_model_written_flaw_is_refused_when_it_plants_the_answer_or_changes_no
     assert reply_text(planted.reply) == "Oslo covers 454 square kilometres."
 
 
+def test_a_model_written_flaw_loses_what_the_model_said_about_its_edit() -> None:
+    text = "The city of Marrowby was founded in 1811."
+    ctx = context(reply(text))
+    written = (
+        "Here is the edited message:\nThe city of Marrowby was founded in 1611.\n\n\n"
+        "This edit maintains the original information while introducing a mistake."
+    )
+    planted = LLMInjector("V.1", lambda s, u: written)(ctx)
+    assert planted is not None
+    assert reply_text(planted.reply) == "The city of Marrowby was founded in 1611."
+    noted = "Marrowby was founded in 1611.\n\nNote: the year was changed."
+    planted = LLMInjector("V.1", lambda s, u: noted)(ctx)
+    assert planted is not None and reply_text(planted.reply) == "Marrowby was founded in 1611."
+    rambling = "Marrowby, founded in 1611, " + "a landmark of the region, " * 20
+    assert LLMInjector("PL.2", lambda s, u: rambling)(ctx) is None
+
+
 def test_the_last_call_and_empty_replies_are_not_eligible() -> None:
     replies = [reply(None, lookup={}), reply(""), reply("Oslo."), reply("FINAL: 3")]
     assert eligible_calls(replies) == [0, 2]
