@@ -29,6 +29,7 @@ from faultfinder.server.db import models  # noqa: F401  (registers the tables `s
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.store import SpanStore
+from tests.integration.browser import LIVE_TIMEOUT_MS, launched_chromium, playwright_api
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "FAULTFINDER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -133,3 +134,22 @@ async def store(migrated_database_url: str) -> AsyncIterator[SpanStore]:
         yield SpanStore(engine)
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+def sync_api() -> Any:
+    """Playwright's sync API (the test is skipped without the package)."""
+    return playwright_api()
+
+
+@pytest.fixture
+def browser(sync_api: Any) -> Iterator[Any]:
+    """Debian's Chromium, headless (tests using it are marked `needs_chromium`)."""
+    yield from launched_chromium(sync_api)
+
+
+@pytest.fixture
+def expect(sync_api: Any) -> Any:
+    """Playwright's `expect`, waiting up to `LIVE_TIMEOUT_MS`."""
+    sync_api.expect.set_options(timeout=LIVE_TIMEOUT_MS)
+    return sync_api.expect

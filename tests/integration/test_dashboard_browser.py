@@ -1,8 +1,7 @@
 """The dashboard in a real headless Chromium against a real sidecar: live runs list, run page
 with the culprit highlighted, labelling, the overview, and inert hostile trajectory content.
 
-Needs Debian's `chromium` at /usr/bin/chromium (driven by Playwright; the browser
-Playwright would download is never used). Screenshots go to test-artifacts/; with
+Needs Debian's `chromium` (tests/integration/browser.py). Screenshots go to test-artifacts/; with
 FAULTFINDER_UPDATE_SCREENSHOT=1 the run page is also saved as docs/dashboard.png.
 """
 
@@ -20,27 +19,12 @@ import pytest
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
 from faultfinder.benchmarks.replay import replay
+from tests.integration.browser import LIVE_TIMEOUT_MS, needs_chromium
 from tests.integration.sidecar import ROOT, running_sidecar
 from tests.otlp_helpers import protobuf_body, trajectory_spans
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = ROOT / "test-artifacts"
 FAST = {"FAULTFINDER_QUIET_PERIOD": "0.3", "FAULTFINDER_SWEEP_INTERVAL": "0.2"}
-LIVE_TIMEOUT_MS = 30_000
-
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"
-)
 
 HOSTILE_AGENT = '<img src=x onerror="window.__xss=3;alert(3)">Mallory'
 HOSTILE_CONTENT = "<script>window.__xss=1;alert(1)</script> and <b>bold</b> claims"
@@ -67,29 +51,6 @@ def hostile_trajectory() -> Trajectory:
         Step(index=3, agent="user", kind=StepKind.HUMAN, content="That is wrong."),
     )
     return Trajectory(run_id="hostile", task="<i>task</i>", steps=steps)
-
-
-@pytest.fixture
-def sync_api() -> Any:
-    return pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
-
-
-@pytest.fixture
-def browser(sync_api: Any) -> Iterator[Any]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def expect(sync_api: Any) -> Any:
-    sync_api.expect.set_options(timeout=LIVE_TIMEOUT_MS)
-    return sync_api.expect
 
 
 def _watch(page: Any, dialogs: list[str], errors: list[str]) -> Any:

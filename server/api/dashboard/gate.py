@@ -1,6 +1,6 @@
 """The dashboard's key gate: a browser presents its API key once on the login page; the
 HttpOnly cookie it then carries becomes the `Authorization` header the API checks, and
-only same-origin form posts may write through it."""
+only same-origin requests may write through it (JSON only, on the API)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 import urllib.parse
 from http.cookies import CookieError, SimpleCookie
 
+import orjson
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from faultfinder.server.events import RUN_CHANGED, EventBus
@@ -22,6 +23,68 @@ LOGIN_CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_SAME_ORIGIN_FETCH = frozenset({b"same-origin", b"none"})
+
+
+def cross_origin_refusal(scope: Scope) -> tuple[int, str] | None:
+    """Why a state-changing request authenticated by the login cookie is refused, or None.
+
+    The browser attaches the SameSite=Strict cookie to requests from every page of the same
+    *site*, which includes other ports of the same host, so the cookie alone does not show
+    that the dashboard sent the request. It must come from the dashboard's own origin
+    (`Sec-Fetch-Site: same-origin`, or an `Origin` equal to the request's host where a
+    client sends no fetch metadata), and writes to the API must be JSON, which a page of
+    another origin cannot send without a CORS preflight this server never grants.
+    """
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None and site.strip().lower() not in _SAME_ORIGIN_FETCH:
+        return 403, f"cross-site request refused (Sec-Fetch-Site: {site.decode('latin-1')})"
+    origin = _header(scope, b"origin")
+    if site is None and origin is not None:
+        host = _header(scope, b"host") or b""
+        parsed = urllib.parse.urlsplit(origin.decode("latin-1"))
+        if parsed.netloc.lower() != host.decode("latin-1").lower():
+            return 403, f"cross-origin request refused (Origin: {origin.decode('latin-1')})"
+    path: str = scope.get("path", "")
+    if path.startswith("/api/"):
+        content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
+        if content_type != b"application/json":
+            return 415, "the dashboard's writes must be application/json"
+    return None
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    body = orjson.dumps({"status_code": status, "detail": detail})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _authorised_by_cookie(scope: Scope) -> tuple[Scope, tuple[int, str] | None]:
+    """`scope` with the login cookie's key as its `Authorization` header (when it carries
+    no key of its own), and the refusal of a cross-origin write made with it."""
+    if _header(scope, b"authorization") is not None or _header(scope, b"x-api-key") is not None:
+        return scope, None
+    key = cookie_key(scope)
+    if not key:
+        return scope, None
+    if scope["type"] == "http" and scope.get("method") not in SAFE_METHODS:
+        refusal = cross_origin_refusal(scope)
+        if refusal is not None:
+            return scope, refusal
+    bearer = (b"authorization", b"Bearer " + key.encode("latin-1", "replace"))
+    return {**scope, "headers": [*scope.get("headers", ()), bearer]}, None  # type: ignore[return-value]
 
 
 _API_WRITE = re.compile(r"^/api/runs/([^/]+)/(labels|outcome|attributions)$")
@@ -53,6 +116,8 @@ class DashboardGate:
 
     - A request without `Authorization`/`x-api-key` but with the login cookie gets the
       cookie's key as `Authorization: Bearer …`; the API guard then checks it as usual.
+      If it changes state, it must come from the dashboard's own origin
+      (`cross_origin_refusal`): 403 (or 415 for a non-JSON API write) otherwise.
     - `/ui` responses get a strict Content-Security-Policy and related headers.
     - Successful writes to `/api/runs/{id}/labels|outcome|attributions` are published on
       the event bus, so open dashboards refresh.
@@ -65,11 +130,10 @@ class DashboardGate:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if _header(scope, b"authorization") is None and _header(scope, b"x-api-key") is None:
-            key = cookie_key(scope)
-            if key:
-                bearer = (b"authorization", b"Bearer " + key.encode("latin-1", "replace"))
-                scope = {**scope, "headers": [*scope.get("headers", ()), bearer]}  # type: ignore[assignment,misc]
+        scope, refusal = _authorised_by_cookie(scope)
+        if refusal is not None:
+            await _refuse(send, *refusal)
+            return
         path: str = scope.get("path", "")
         write = _API_WRITE.match(path) if scope.get("method") == "POST" else None
         dashboard = path == "/ui" or path.startswith("/ui/")
