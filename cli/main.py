@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +127,7 @@ def serve(
     import uvicorn
 
     from faultfinder.server.app import create_app
+    from faultfinder.server.logs import configure_logging
 
     settings = _settings(
         host=host,
@@ -139,9 +139,7 @@ def serve(
         ingest_queue_spans=ingest_queue_spans,
         ingest_inflight_bytes=ingest_inflight_bytes,
     )
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
     click.echo(
         f"faultfinder {__version__}: OTLP/HTTP + API on http://{settings.host}:{settings.port}"
         + (f", OTLP/gRPC on {settings.host}:{settings.grpc_port}" if settings.grpc_enabled else "")
@@ -188,12 +186,11 @@ def worker(database_url: str | None, concurrency: int | None, log_level: str) ->
     """Run attribution workers only (share the job table with other workers and replicas)."""
     import asyncio
 
+    from faultfinder.server.logs import configure_logging
     from faultfinder.server.worker_main import run_workers
 
     settings = _settings(database_url=database_url, workers=concurrency)
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_workers(settings))
 

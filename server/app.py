@@ -48,6 +48,7 @@ from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
+from faultfinder.server.logs import logging_config
 from faultfinder.server.metrics import ServerMetrics
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, load_settings
@@ -224,6 +225,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         # Services raise the store's UnknownRunError; it is a 404 everywhere, mapped once.
         exception_handlers={UnknownRunError: unknown_run},
         template_config=dashboard_templates(),
+        logging_config=logging_config(),
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),
         request_max_body_size=settings.max_request_bytes,
         state=State(

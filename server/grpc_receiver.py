@@ -1,6 +1,9 @@
 """OTLP/gRPC TraceService on its own port, sharing the ingest pipeline with OTLP/HTTP.
 
-A full queue answers UNAVAILABLE (retryable per the OTLP spec) so exporters back off.
+A full queue answers UNAVAILABLE (retryable per the OTLP spec) so exporters back off. The
+service parses each request's bytes itself, so a message that is not an
+`ExportTraceServiceRequest` gets INVALID_ARGUMENT (not retried), not gRPC's UNKNOWN and
+a logged traceback.
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ import logging
 import time
 
 import grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from faultfinder.conventions import PROJECT_HEADER
 from faultfinder.server.auth import KeyRing, presented_key
@@ -19,14 +23,17 @@ from faultfinder.server.otlp.decode import DecodeError, decode_request
 log = logging.getLogger(__name__)
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class _TraceService:
     def __init__(self, writer: SpanWriter, keys: KeyRing) -> None:
         self._writer = writer
         self._keys = keys
 
     async def Export(
         self,
-        request: trace_service_pb2.ExportTraceServiceRequest,
+        body: bytes,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         metadata = dict(context.invocation_metadata() or ())
@@ -38,6 +45,14 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
         project = metadata.get(PROJECT_HEADER)
         decode_started = time.perf_counter()
+        try:
+            request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        except (ProtobufDecodeError, ValueError) as exc:
+            self._writer.counters.reject_request("undecodable")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportTraceServiceRequest: {exc}"
+            )
+            raise AssertionError("unreachable") from exc
         try:
             batch = decode_request(
                 request, project_header=project if isinstance(project, str) else None
@@ -88,9 +103,13 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        # The generated gRPC module carries no annotations.
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _TraceService(self._writer, self._keys), server
+        service = _TraceService(self._writer, self._keys)
+        export = grpc.unary_unary_rpc_method_handler(
+            service.Export,  # the request's bytes as they came (no deserializer)
+            response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
         )
         self.port = server.add_insecure_port(self._address)
         if not self.port:

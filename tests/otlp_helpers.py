@@ -124,8 +124,12 @@ def trajectory_spans(
     resource_attributes: Mapping[str, Any] | None = None,
     root_attributes: Mapping[str, Any] | None = None,
     same_times: bool = False,
+    run_id: str | None = None,
 ) -> tuple[ReadableSpan, ...]:
     """A replay-shaped trace of `trajectory`: one root span, one child span per step.
+
+    With `run_id`, every span carries it as `faultfinder.run.id` (as the SDK's `run()`
+    sets it); without, the run is the trace.
 
     Each step span carries `faultfinder.step.index`, `gen_ai.agent.name`, the content as
     `gen_ai.output.messages`, `faultfinder.step.kind` and (when set) `faultfinder.step.role`.
@@ -140,6 +144,8 @@ def trajectory_spans(
     if trajectory.final_answer is not None:
         attributes[c.RUN_FINAL_ANSWER] = trajectory.final_answer
     attributes.update(root_attributes or {})
+    if run_id is not None:
+        attributes[c.RUN_ID] = run_id
     root = recorder.tracer.start_span("replay", start_time=T0, attributes=attributes)
     for step in trajectory.steps:
         start = T0 + MS if same_times else T0 + (step.index + 1) * MS
@@ -151,6 +157,8 @@ def trajectory_spans(
         }
         if step.role is not None:
             step_attributes[c.STEP_ROLE] = step.role
+        if run_id is not None:
+            step_attributes[c.RUN_ID] = run_id
         recorder.span(
             f"step {step.index} {step.agent}",
             parent=root,

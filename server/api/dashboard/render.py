@@ -3,10 +3,12 @@ environment and the filters that format times, durations, percentages and agent 
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -80,9 +82,25 @@ def agent_colour(agent: str) -> str:
     return PALETTE[sum(normalise_agent(agent).encode()) % len(PALETTE)]
 
 
+_BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible_controls(value: Any) -> Any:
+    """Text with its bidirectional controls shown as `[U+202E]` instead of applied.
+
+    An agent name, a tool name or step content arrives from the agents' telemetry; a
+    right-to-left override in it would make the page show one name and mean another.
+    Every value a template prints passes through here (Jinja's `finalize`), before
+    escaping."""
+    if isinstance(value, str) and not hasattr(value, "__html__") and _BIDI_CONTROLS.search(value):
+        return _BIDI_CONTROLS.sub(lambda match: f"[U+{ord(match.group()):04X}]", value)
+    return value
+
+
 def template_environment() -> Environment:
     environment = Environment(
         loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        finalize=visible_controls,
         autoescape=select_autoescape(default=True, default_for_string=True),
         trim_blocks=True,
         lstrip_blocks=True,
