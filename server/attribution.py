@@ -30,6 +30,7 @@ from faultfinder.attributors.model import (
     validate_against,
 )
 from faultfinder.server.daemon import Daemon
+from faultfinder.server.db.failures import log_round_failure
 from faultfinder.server.store import Job, JobQueue, SpanStore
 from faultfinder.server.trajectories import run_trajectory
 
@@ -196,8 +197,8 @@ class AttributionWorker(Daemon):
                     await self._jobs.requeue_expired()
                     await self._jobs.enqueue_for_failed_runs(self._auto)
                 job = await self._jobs.claim(self.worker_id, lease_s=self._lease_s)
-            except Exception:
-                log.exception("claiming a job failed; trying again")
+            except Exception as error:
+                log_round_failure(log, "claiming a job", error)
                 job = None
             if job is None:
                 await self.pause(self._poll_interval)

@@ -19,6 +19,8 @@ from typing import Any, Self
 
 __all__ = ["Daemon", "PeriodicDaemon"]
 
+from faultfinder.server.db.failures import log_round_failure
+
 log = logging.getLogger(__name__)
 
 
@@ -103,6 +105,6 @@ class PeriodicDaemon(Daemon):
         while not self.stopping:
             try:
                 await self.tick()
-            except Exception:
-                log.exception("%s: a round failed; trying again", self.name)
+            except Exception as error:
+                log_round_failure(log, f"{self.name}: a round", error)
             await self.pause(self.interval)

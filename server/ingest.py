@@ -13,7 +13,10 @@ back — splits the batch in halves that are stored separately, down to one subm
 and then one span, so every storable span is stored and only a span the database
 refuses is rejected: counted, logged by id (never by content) and reported to its
 submitter as a partial success. A single span is never rejected for a transient
-error; a database outage only ever delays ingest.
+error; a database outage only ever delays ingest. A database that refuses every write
+(read-only after a failover, full, without privileges) is such an outage: requests get
+503 with Retry-After (at once once writes have failed for `FAIL_FAST_AFTER` seconds) and
+`/readyz` reports it, never a 200 partial success that exporters would not retry.
 """
 
 from __future__ import annotations
@@ -26,14 +29,27 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import exc as sa_exc
-
 from faultfinder.server.daemon import Daemon
+from faultfinder.server.db.failures import error_class, is_transient, retry_reason
 from faultfinder.server.otlp.model import SpanRecord
 
 log = logging.getLogger(__name__)
 
 WriteSpans = Callable[[Sequence[SpanRecord]], Awaitable[int]]
+
+
+FAIL_FAST_AFTER = 2.0
+"""Seconds writes must have been failing before new submissions are refused at once
+(shorter trouble, a lock held for a moment, only delays them)."""
+
+
+STOP_GRACE = 10.0
+"""Seconds a stopping writer keeps retrying writes the database refuses before it gives
+up on the spans still queued (never acknowledged: their requests got 503)."""
+
+
+class _GaveUp(Exception):
+    """The writer is stopping and the database still refuses writes."""
 
 
 class IngestSaturatedError(Exception):
@@ -46,68 +62,6 @@ class IngestUnavailableError(Exception):
 
 UNSTORABLE = "unstorable"
 """`IngestCounters.spans_rejected` reason of spans the database refused to store."""
-
-_TRANSIENT_SQLITE_CODES = frozenset({5, 6, 9, 10, 13, 14, 15})
-"""Primary SQLite result codes worth retrying: BUSY, LOCKED, INTERRUPT, IOERR, FULL,
-CANTOPEN, PROTOCOL. Others (TOOBIG, CONSTRAINT, MISMATCH, ERROR …) fail every time."""
-
-_TRANSIENT_SQLSTATE_PREFIXES = ("08", "40", "53", "55P03", "57", "58")
-"""PostgreSQL error classes worth retrying: connection exceptions, transaction rollback
-(serialization failure, deadlock), insufficient resources, lock not available, operator
-intervention (shutdown, statement timeout) and system (I/O) errors."""
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether storing the same spans again may succeed (the database, not the data,
-    was the problem)."""
-    if isinstance(error, sa_exc.DBAPIError):
-        if error.connection_invalidated:
-            return True
-        original = error.orig
-        code = getattr(original, "sqlite_errorcode", None)
-        if isinstance(code, int):
-            return code & 0xFF in _TRANSIENT_SQLITE_CODES
-        state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
-        if isinstance(state, str):
-            return state.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
-        return isinstance(error, sa_exc.OperationalError | sa_exc.InterfaceError) or isinstance(
-            original, OSError | TimeoutError
-        )
-    if isinstance(error, sa_exc.StatementError) and error.orig is not None:
-        # A non-driver error raised while executing (e.g. a socket error): judge the cause.
-        return is_transient(error.orig)
-    # Pool exhausted, driver-level disconnects and timeouts outside a statement.
-    return isinstance(
-        error, sa_exc.TimeoutError | sa_exc.DisconnectionError | OSError | TimeoutError
-    )
-
-
-def error_class(error: BaseException) -> str:
-    """The error's class and database code, e.g. `IntegrityError (SQLSTATE 23505)`.
-
-    Never the message: SQLAlchemy puts the statement's parameters (span content) in it.
-    """
-    original = getattr(error, "orig", None)
-    name = type(error).__name__
-    if original is None:
-        return name
-    sqlite_name = getattr(original, "sqlite_errorname", None)
-    if isinstance(sqlite_name, str):
-        return f"{name} ({sqlite_name})"
-    state = getattr(original, "sqlstate", None)
-    if isinstance(state, str):
-        return f"{name} (SQLSTATE {state})"
-    return f"{name} ({type(original).__name__})"
-
-
-def _retry_reason(error: BaseException) -> str:
-    # A transient error's driver message ("database is locked", "connection refused")
-    # says what went wrong without quoting data; anything else is named by class only.
-    original = getattr(error, "orig", None)
-    if is_transient(error):
-        message = str(original if original is not None else error).splitlines()
-        return f"{error_class(error)}: {message[0][:200] if message else ''}"
-    return error_class(error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +204,25 @@ class SpanWriter(Daemon):
         self._queued_spans = 0
         self._wakeup = asyncio.Event()
         self.counters = IngestCounters()
+        self._failing: tuple[float, str] | None = None
+        self._stop_requested_at: float | None = None
+
+    @property
+    def failing(self) -> str | None:
+        """Why writes have been failing since the last stored batch (a transient database
+        error, e.g. a read-only or full database), or None while they succeed. Readiness
+        reports it: ingest is answering 503, not storing."""
+        if self._failing is None:
+            return None
+        since, reason = self._failing
+        return f"writes failing for {time.monotonic() - since:.0f} s: {reason}"
 
     @property
     def queued_spans(self) -> int:
         return self._queued_spans
 
     def stop_requested(self) -> None:
+        self._stop_requested_at = time.monotonic()
         self._wakeup.set()
 
     async def submit(self, spans: Sequence[SpanRecord]) -> Stored:
@@ -272,6 +239,11 @@ class SpanWriter(Daemon):
             return Stored()
         if self.stopping:
             raise IngestUnavailableError("the sidecar is shutting down")
+        if self._failing is not None and time.monotonic() - self._failing[0] >= FAIL_FAST_AFTER:
+            # Queueing more behind a batch the database keeps refusing would only make the
+            # caller wait out the ack timeout: it hears 503 now and retries later.
+            self.counters.reject_request("database_unavailable")
+            raise IngestUnavailableError(f"the database is not taking writes ({self.failing})")
         if self._queued_spans + len(spans) > self._max_queued and self._queued_spans > 0:
             self.counters.reject_request("saturated")
             raise IngestSaturatedError(
@@ -311,11 +283,33 @@ class SpanWriter(Daemon):
             taken = time.perf_counter()
             for item in batch:
                 self.counters.queue_seconds.observe(taken - item.queued_at)
-            await self._store([_Part(item, item.spans) for item in batch])
+            try:
+                await self._store([_Part(item, item.spans) for item in batch])
+            except _GaveUp:
+                self._give_up([*batch, *self._pending])
+                return
             self._queued_spans -= sum(len(item.spans) for item in batch)
             for item in batch:
                 if not item.done.done():
                     item.done.set_result(item.outcome())
+
+    def _give_up(self, items: list[_Pending]) -> None:
+        spans = sum(len(item.spans) for item in items)
+        log.error(
+            "stopping with %d spans unstored: the database refused writes for %g s (%s); "
+            "none of them was acknowledged",
+            spans,
+            STOP_GRACE,
+            self.failing,
+        )
+        self._pending.clear()
+        self._queued_spans = 0
+        for item in items:
+            if not item.done.done():
+                item.done.set_exception(
+                    IngestUnavailableError("the sidecar stopped before these spans were stored")
+                )
+                item.done.exception()  # retrieved: a caller that timed out never awaits it
 
     async def _store(self, parts: list[_Part]) -> None:
         """Store every span of `parts` that the database accepts; reject the others."""
@@ -355,15 +349,19 @@ class SpanWriter(Daemon):
                         "storing %d spans failed (%s); splitting", len(spans), error_class(error)
                     )
                     return error
+                reason = retry_reason(error)
+                if self._failing is None:
+                    self._failing = (time.monotonic(), reason)
+                stop = self._stop_requested_at
+                if stop is not None and time.monotonic() - stop >= STOP_GRACE:
+                    raise _GaveUp from error
                 log.warning(
-                    "storing %d spans failed (%s); retrying in %.2fs",
-                    len(spans),
-                    _retry_reason(error),
-                    backoff,
+                    "storing %d spans failed (%s); retrying in %.2fs", len(spans), reason, backoff
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._backoff_max)
                 continue
+            self._failing = None
             self.counters.commit_seconds.observe(time.perf_counter() - started)
             self.counters.spans_stored += len(spans)
             self.counters.batches_written += 1

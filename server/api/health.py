@@ -17,8 +17,15 @@ class HealthController(Controller):
     async def healthz(self) -> Health:
         return Health(status="ok")
 
-    @get("/readyz", operation_id="readyz", summary="The database answers and ingest has room")
-    async def readyz(self, store: NamedDependency[SpanStore]) -> Response[Health]:
+    @get("/readyz", operation_id="readyz", summary="The database answers and takes writes")
+    async def readyz(
+        self, store: NamedDependency[SpanStore], writer: NamedDependency[SpanWriter]
+    ) -> Response[Health]:
+        failing = writer.failing
+        if failing is not None:  # e.g. a read-only or full database: reads still answer
+            return Response(
+                Health(status="unavailable", details={"ingest": failing}), status_code=503
+            )
         try:
             spans = await store.count_spans()
         except Exception as exc:  # readiness reports any database failure

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, Stateme
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.server.db.engine import create_engine
+from faultfinder.server.db.failures import is_transient
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.ingest import (
     DurationHistogram,
@@ -25,7 +26,6 @@ from faultfinder.server.ingest import (
     SpanWriter,
     Stored,
     WriteSpans,
-    is_transient,
 )
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import SpanStore

@@ -1,0 +1,81 @@
+"""A database that stops taking writes (a read-only SQLite file, PostgreSQL in read-only
+mode as after a failover to a standby): ingest answers 503 with Retry-After, so
+exporters retry, instead of a 200 that quietly rejects every span, and `/readyz` says
+the sidecar is not ready. A stop gives up on the unstored spans after a grace period."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import asyncpg
+import httpx
+from sqlalchemy.engine import make_url
+
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+from tests.integration.sidecar import FAULTFINDER, running_sidecar
+from tests.otlp_helpers import protobuf_body, trajectory_spans
+
+PROTOBUF = {"content-type": "application/x-protobuf"}
+
+
+def _body(run: str) -> bytes:
+    steps = (
+        Step(index=0, agent="user", kind=StepKind.HUMAN, content="Add 2 and 2."),
+        Step(index=1, agent="writer", kind=StepKind.MESSAGE, content="4"),
+    )
+    return protobuf_body(trajectory_spans(Trajectory(run_id=run, task="t", steps=steps)))
+
+
+def _read_only(database_url: str) -> str:
+    """Migrate the database, then make it read-only; the URL to open it with."""
+    subprocess.run(
+        [str(FAULTFINDER), "db", "upgrade", "--database-url", database_url],
+        check=True,
+        capture_output=True,
+    )
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        return f"sqlite+aiosqlite:///file:{url.database}?mode=ro&uri=true"
+
+    async def alter() -> None:
+        admin = url.set(drivername="postgresql", database="postgres")
+        connection = await asyncpg.connect(admin.render_as_string(hide_password=False))
+        try:
+            await connection.execute(
+                f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = on'
+            )
+        finally:
+            await connection.close()
+
+    asyncio.run(alter())
+    return database_url
+
+
+def test_a_read_only_database_answers_503_not_a_partial_success(
+    database_url: str, tmp_path: Path
+) -> None:
+    read_only = _read_only(database_url)
+    with (
+        running_sidecar(read_only, tmp_path, FAULTFINDER_INGEST_ACK_TIMEOUT="3") as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as api,
+    ):
+        assert api.get("/readyz").status_code == 200  # reads work; no write tried yet
+        first = api.post("/v1/traces", content=_body("a"), headers=PROTOBUF)
+        assert first.status_code == 503, first.text
+        assert first.headers["retry-after"]
+        # Later requests are refused at once while the database keeps refusing writes.
+        later = api.post("/v1/traces", content=_body("b"), headers=PROTOBUF)
+        assert later.status_code == 503 and later.headers["retry-after"]
+        assert "not taking writes" in later.text
+        ready = api.get("/readyz")
+        assert ready.status_code == 503
+        assert "writes failing" in ready.json()["details"]["ingest"]
+        stats = api.get("/api/stats/ingest").json()
+        assert stats["spans_rejected"] == {}  # no span given up as unstorable
+        assert stats["spans_acknowledged"] == 0
+    # It still stops on SIGTERM, saying what it could not store (none of it acknowledged).
+    # (uvicorn ends by re-raising the SIGTERM it handled; -9 would be the test's SIGKILL)
+    assert sidecar.process.returncode in (0, -15), sidecar.process.returncode
+    assert "none of them was acknowledged" in sidecar.log()
