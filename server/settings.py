@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest accepted request body (HTTP 413)."
     )
+    body_read_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds an OTLP/HTTP request may take to send its body (HTTP 408 after).",
+    )
     max_decompressed_bytes: int = Field(
         default=64 * 1024 * 1024,
         gt=0,

@@ -6,16 +6,20 @@ ingest queue is full, too many request bytes are being received at once, or the 
 is too slow (retryable).
 
 Memory stays bounded whatever the offered load: a request is refused before its body is
-buffered when the queue is full or `ingest_inflight_bytes` are already being received
-and decoded (its body is read and dropped chunk by chunk, so the connection stays
-usable), and a request waiting for the writer holds only its decoded spans, which the
-queue limit counts.
+buffered when the queue is full or its declared length would pass `ingest_inflight_bytes`
+(its body is read and dropped chunk by chunk, so the connection stays usable); bytes are
+counted against that limit as they arrive (a chunked body too), so a body that would pass
+it is refused part-way; a request waiting for the writer holds only its decoded spans,
+which the queue limit counts. A body slower than `body_read_timeout` gets 408, so slow
+senders hold neither memory nor a share of the limit for long, and a declared length
+reserves nothing until its bytes come.
 """
 
 from __future__ import annotations
 
 import time
 
+import anyio
 import orjson
 from google.rpc import status_pb2
 from litestar import Controller, MediaType, Request, Response, post
@@ -73,15 +77,15 @@ class InflightBytes:
         self.limit = limit
         self.held = 0
 
+    def would_pass(self, size: int) -> bool:
+        """Whether `size` more bytes would pass the limit (never with nothing held)."""
+        return bool(self.held) and self.held + size > self.limit
+
     def try_acquire(self, size: int) -> bool:
-        if self.held and self.held + size > self.limit:
+        if self.would_pass(size):
             return False
         self.held += size
         return True
-
-    def add(self, size: int) -> None:
-        """Count bytes that arrived beyond what was reserved (a body without Content-Length)."""
-        self.held += size
 
     def release(self, size: int) -> None:
         self.held -= size
@@ -94,14 +98,62 @@ def _content_length(request: Request[None, None, State]) -> int | None:
     return int(value)
 
 
-async def _discard_body(request: Request[None, None, State]) -> None:
+class _InflightFull(Exception):
+    """A body's bytes would pass the in-flight limit while it was being received."""
+
+
+class _Received:
+    """One request's body, counted against the in-flight limit chunk by chunk as it
+    arrives; `release` gives the count back."""
+
+    def __init__(self, inflight: InflightBytes) -> None:
+        self._inflight = inflight
+        self.held = 0
+
+    async def read(self, request: Request[None, None, State], timeout: float) -> bytes:
+        """The whole body; TimeoutError after `timeout` seconds, `_InflightFull` when the
+        next chunk would pass the limit (what arrived so far is dropped)."""
+        chunks = bytearray()
+        with anyio.fail_after(timeout):
+            async for chunk in request.stream():
+                if not self._inflight.try_acquire(len(chunk)):
+                    raise _InflightFull
+                self.held += len(chunk)
+                chunks += chunk
+        return bytes(chunks)
+
+    def release(self) -> None:
+        self._inflight.release(self.held)
+        self.held = 0
+
+
+async def _discard_body(request: Request[None, None, State], timeout: float) -> bool:
     """Read a refused request's body without keeping it, so the connection can carry the
-    next request (closing it unread could reset it before the client reads the 503)."""
-    try:
-        async for _ in request.stream():
-            pass
-    except HTTPException:
-        pass  # over the size limit: the server closes the connection after answering
+    next request (closing it unread could reset it before the client reads the 503).
+    False when it did not end within `timeout` seconds: the answer then closes the
+    connection, so a sender that never finishes holds nothing."""
+    with anyio.move_on_after(timeout):
+        try:
+            async for _ in request.stream():
+                pass
+        except HTTPException:
+            pass  # over the size limit: the server closes the connection after answering
+        return True
+    return False
+
+
+def _busy(inflight: InflightBytes) -> str:
+    return f"ingest busy ({inflight.held} request bytes being received, limit {inflight.limit})"
+
+
+def _retry_later(
+    message: str, settings: Settings, *, as_json: bool, close: bool = False
+) -> Response[bytes]:
+    """503 UNAVAILABLE with Retry-After: exporters retry."""
+    headers = {"Retry-After": str(settings.retry_after)}
+    if close:
+        headers["Connection"] = "close"
+    return _error(503, 14, message, as_json=as_json, **headers)
 
 
 class OtlpTraceController(Controller):
@@ -131,30 +183,40 @@ class OtlpTraceController(Controller):
             )
         as_json = content_type == JSON
         inflight = ingest_inflight
-        reserved = _content_length(request) or 0
+        declared = _content_length(request) or 0
         # Refuse before buffering or decoding: under a retry storm, bodies held only to be
         # refused would take the memory, and decoding them the CPU, that the writer and
         # the query API need.
         if writer.queued_spans >= settings.ingest_queue_spans:
             writer.counters.reject_request("saturated")
             message = f"ingest queue full ({writer.queued_spans} spans waiting)"
-        elif not inflight.try_acquire(reserved):
+        elif inflight.would_pass(declared):
             writer.counters.reject_request("inflight")
-            message = (
-                f"ingest busy ({inflight.held} request bytes being received, "
-                f"limit {inflight.limit})"
-            )
+            message = _busy(inflight)
         else:
             message = ""
         if message:
-            await _discard_body(request)
-            retry = str(settings.retry_after)
-            return _error(503, 14, message, as_json=as_json, **{"Retry-After": retry})
+            ended = await _discard_body(request, settings.body_read_timeout)
+            return _retry_later(message, settings, as_json=as_json, close=not ended)
+        received = _Received(inflight)
         try:
-            body = await request.body()
-            if len(body) > reserved:
-                inflight.add(len(body) - reserved)
-                reserved = len(body)
+            try:
+                body = await received.read(request, settings.body_read_timeout)
+            except TimeoutError:
+                writer.counters.reject_request("body_timeout")
+                return _error(
+                    408,
+                    4,  # DEADLINE_EXCEEDED
+                    f"the body did not arrive within {settings.body_read_timeout:g} s",
+                    as_json=as_json,
+                    connection="close",
+                )
+            except _InflightFull:
+                writer.counters.reject_request("inflight")
+                message = _busy(inflight)
+                received.release()
+                ended = await _discard_body(request, settings.body_read_timeout)
+                return _retry_later(message, settings, as_json=as_json, close=not ended)
             decode_started = time.perf_counter()
             raw = decompress(
                 body,
@@ -175,15 +237,14 @@ class OtlpTraceController(Controller):
             writer.counters.reject_request("undecodable")
             return _error(400, 3, f"cannot decode OTLP trace request: {exc}", as_json=as_json)
         finally:
-            inflight.release(reserved)
+            received.release()
         if batch.rejected:
             writer.counters.reject_spans("invalid_span", batch.rejected)
         writer.counters.values_truncated += batch.truncated_values
         try:
             stored = await writer.submit(batch.spans)
         except (IngestSaturatedError, IngestUnavailableError) as exc:
-            retry = str(settings.retry_after)
-            return _error(503, 14, str(exc), as_json=as_json, **{"Retry-After": retry})
+            return _retry_later(str(exc), settings, as_json=as_json)
         message = "; ".join(filter(None, (batch.error_message, stored.error_message)))
         return Response(
             encode_response(batch.rejected + stored.rejected, message, as_json=as_json),
