@@ -164,6 +164,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                         host=settings.host,
                         port=settings.grpc_port,
                         max_message_bytes=settings.max_decompressed_bytes,
+                        max_spans=settings.max_spans_per_request,
                     )
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port

@@ -5,6 +5,7 @@
         ├── DecodeError(ValueError)   undecodable OTLP body: bad protobuf/JSON/ids → 400
         │   └── UnsupportedEncodingError   unknown Content-Encoding → 400
         └── BodyTooLargeError         body larger than allowed once decompressed → 413
+            └── TooManySpansError     more spans in one request than allowed → 413
 
 Retryable conditions (a full ingest queue, a slow store) live beside the ingest
 pipeline in `server/ingest.py` and answer 503.
@@ -17,6 +18,7 @@ __all__ = [
     "DecodeError",
     "RequestError",
     "ServerError",
+    "TooManySpansError",
     "UnsupportedEncodingError",
 ]
 
@@ -42,4 +44,14 @@ class BodyTooLargeError(RequestError):
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body exceeds {limit} bytes once decompressed")
+        self.limit = limit
+
+
+class TooManySpansError(BodyTooLargeError):
+    """One request holds more spans than a request may (however small they are)."""
+
+    def __init__(self, spans: int, limit: int) -> None:
+        RequestError.__init__(
+            self, f"request holds {spans} spans, more than the {limit} one request may carry"
+        )
         self.limit = limit

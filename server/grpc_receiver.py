@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from faultfinder.conventions import PROJECT_HEADER
 from faultfinder.server.auth import KeyRing, presented_key
+from faultfinder.server.errors import TooManySpansError
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
 from faultfinder.server.otlp.decode import DecodeError, decode_request
 
@@ -27,9 +28,10 @@ SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
 class _TraceService:
-    def __init__(self, writer: SpanWriter, keys: KeyRing) -> None:
+    def __init__(self, writer: SpanWriter, keys: KeyRing, max_spans: int | None) -> None:
         self._writer = writer
         self._keys = keys
+        self._max_spans = max_spans
 
     async def Export(
         self,
@@ -55,8 +57,14 @@ class _TraceService:
             raise AssertionError("unreachable") from exc
         try:
             batch = decode_request(
-                request, project_header=project if isinstance(project, str) else None
+                request,
+                project_header=project if isinstance(project, str) else None,
+                max_spans=self._max_spans,
             )
+        except TooManySpansError as exc:
+            self._writer.counters.reject_request("too_many_spans")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            raise AssertionError("unreachable") from exc
         except DecodeError as exc:
             self._writer.counters.reject_request("undecodable")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -87,10 +95,18 @@ class GrpcReceiver:
     """The gRPC server as a small daemon: `async with GrpcReceiver(...)`."""
 
     def __init__(
-        self, writer: SpanWriter, keys: KeyRing, *, host: str, port: int, max_message_bytes: int
+        self,
+        writer: SpanWriter,
+        keys: KeyRing,
+        *,
+        host: str,
+        port: int,
+        max_message_bytes: int,
+        max_spans: int | None = None,
     ) -> None:
         self._writer = writer
         self._keys = keys
+        self._max_spans = max_spans
         self._address = f"{host}:{port}"
         self._max_message_bytes = max_message_bytes
         self._server: grpc.aio.Server | None = None
@@ -103,7 +119,7 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        service = _TraceService(self._writer, self._keys)
+        service = _TraceService(self._writer, self._keys, self._max_spans)
         export = grpc.unary_unary_rpc_method_handler(
             service.Export,  # the request's bytes as they came (no deserializer)
             response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest accepted request body (HTTP 413)."
     )
+    max_spans_per_request: int = Field(
+        default=20_000,
+        gt=0,
+        description="Most spans one OTLP request may carry (HTTP 413, gRPC RESOURCE_EXHAUSTED).",
+    )
     body_read_timeout: float = Field(
         default=30.0,
         gt=0,

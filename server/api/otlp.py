@@ -28,6 +28,7 @@ from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 
 from faultfinder.conventions import PROJECT_HEADER
+from faultfinder.server.errors import TooManySpansError
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
 from faultfinder.server.otlp.decode import (
     BodyTooLargeError,
@@ -225,11 +226,14 @@ class OtlpTraceController(Controller):
             )
             project = request.headers.get(PROJECT_HEADER)
             decode = decode_json if as_json else decode_protobuf
-            batch = decode(raw, project_header=project)
+            batch = decode(raw, project_header=project, max_spans=settings.max_spans_per_request)
             writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
             # Waiting for the writer, the request holds its decoded spans (which the queue
             # limit counts), not its body as well.
             del body, raw
+        except TooManySpansError as exc:
+            writer.counters.reject_request("too_many_spans")
+            return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED
         except BodyTooLargeError as exc:
             writer.counters.reject_request("too_large")
             return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED

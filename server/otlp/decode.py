@@ -22,7 +22,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from faultfinder import conventions as c
-from faultfinder.server.errors import BodyTooLargeError, DecodeError, UnsupportedEncodingError
+from faultfinder.server.errors import (
+    BodyTooLargeError,
+    DecodeError,
+    TooManySpansError,
+    UnsupportedEncodingError,
+)
 from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord, StatusCode
 from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_request_json
 
@@ -174,8 +179,9 @@ def decode_protobuf(
     project_header: str | None = None,
     max_value_bytes: int = MAX_VALUE_BYTES,
     max_value_depth: int = MAX_VALUE_DEPTH,
+    max_spans: int | None = None,
 ) -> DecodedBatch:
-    """Decode a binary protobuf `ExportTraceServiceRequest` (value caps as in `decode_request`)."""
+    """Decode a binary protobuf `ExportTraceServiceRequest` (caps as in `decode_request`)."""
     try:
         message = ExportTraceServiceRequest.FromString(body)
     except ProtobufDecodeError as exc:
@@ -187,6 +193,7 @@ def decode_protobuf(
         project_header=project_header,
         max_value_bytes=max_value_bytes,
         max_value_depth=max_value_depth,
+        max_spans=max_spans,
     )
 
 
@@ -196,6 +203,7 @@ def decode_json(
     project_header: str | None = None,
     max_value_bytes: int = MAX_VALUE_BYTES,
     max_value_depth: int = MAX_VALUE_DEPTH,
+    max_spans: int | None = None,
 ) -> DecodedBatch:
     """Decode an OTLP/JSON `ExportTraceServiceRequest` (hex ids, camelCase, int64 as strings)."""
     return decode_request(
@@ -203,6 +211,7 @@ def decode_json(
         project_header=project_header,
         max_value_bytes=max_value_bytes,
         max_value_depth=max_value_depth,
+        max_spans=max_spans,
     )
 
 
@@ -212,8 +221,12 @@ def decode_request(
     project_header: str | None = None,
     max_value_bytes: int = MAX_VALUE_BYTES,
     max_value_depth: int = MAX_VALUE_DEPTH,
+    max_spans: int | None = None,
 ) -> DecodedBatch:
     """Turn a parsed request (from any transport) into `SpanRecord`s plus rejection counts.
+
+    A request of more than `max_spans` spans raises TooManySpansError before any span is
+    converted: half a million tiny spans fit in a 16 MiB body.
 
     String and bytes attribute values longer than `max_value_bytes` are cut to that size
     and marked `…[truncated N bytes]`; arrays and kvlists nested more than
@@ -224,6 +237,10 @@ def decode_request(
     reasons: dict[str, int] = {}
     limits = _ValueLimits(max_value_bytes, max_value_depth)
     try:
+        if max_spans is not None:
+            count = sum(len(scope.spans) for rs in msg.resource_spans for scope in rs.scope_spans)
+            if count > max_spans:
+                raise TooManySpansError(count, max_spans)
         for resource_spans in msg.resource_spans:
             resource_attributes = _attributes(resource_spans.resource.attributes, limits)
             project = header_project or _resource_project(resource_attributes)

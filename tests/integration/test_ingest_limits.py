@@ -7,7 +7,9 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import grpc
 import httpx
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +22,7 @@ from tests.integration.sidecar import running_sidecar
 from tests.otlp_helpers import MS, T0, SpanRecorder, protobuf_body, span_records
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
+EXPORT = f"/{trace_service_pb2.DESCRIPTOR.services_by_name['TraceService'].full_name}/Export"
 OVER = 300_000
 """Bytes beyond the cap in the oversized value."""
 
@@ -110,3 +113,40 @@ async def test_a_span_the_database_refuses_is_rejected_alone(store: SpanStore) -
     assert writer.counters.spans_rejected == {UNSTORABLE: 1}
     stored = {span.span_id for run in requests for span in await store.run_spans(run[0].trace_id)}
     assert stored == {span.span_id for run in requests for span in run} - {bad.span_id}
+
+
+def _minimal_spans(count: int) -> bytes:
+    recorder = SpanRecorder({"service.name": "many"})
+    root = recorder.span("root", start=T0, end=T0 + MS)
+    for index in range(count - 1):
+        recorder.span("s", parent=root, start=T0, end=T0 + index)
+    return protobuf_body(recorder.spans)
+
+
+def test_a_request_of_more_spans_than_allowed_is_refused_whole_on_both_transports(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    limit = 200
+    env = {"FAULTFINDER_MAX_SPANS_PER_REQUEST": str(limit)}
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as client,
+        grpc.insecure_channel(sidecar.grpc_endpoint) as channel,
+    ):
+        over = client.post("/v1/traces", content=_minimal_spans(limit + 1), headers=PROTOBUF)
+        assert over.status_code == 413
+        assert f"{limit + 1} spans" in over.text
+        export = channel.unary_unary(EXPORT)
+        try:
+            export(_minimal_spans(limit + 1), timeout=10)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        else:
+            raise AssertionError("the gRPC export of too many spans was accepted")
+        stats = client.get("/api/stats/ingest").json()
+        assert stats["spans_stored"] == 0  # refused whole: nothing of them stored
+        assert stats["requests_rejected"]["too_many_spans"] == 2
+        at_limit = client.post("/v1/traces", content=_minimal_spans(limit), headers=PROTOBUF)
+        assert at_limit.status_code == 200
+        answer = ExportTraceServiceResponse.FromString(at_limit.content)
+        assert answer.partial_success.rejected_spans == 0
