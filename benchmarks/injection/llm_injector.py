@@ -63,7 +63,7 @@ class LLMInjector:
             f"The mistake to plant: {MODES[self.mode]}. {_LLM_INSTRUCTIONS[self.mode]}\n\n"
             "The edited message:"
         )
-        flawed = _without_commentary(_strip_fences(self.complete(_SYSTEM, prompt)))
+        flawed = _without_commentary(_strip_fences(self.complete(_SYSTEM, prompt)), text)
         if not flawed or _normalised(flawed) == _normalised(text):
             return None
         if len(flawed) > MAX_GROWTH * len(text) + 200:
@@ -85,23 +85,28 @@ MAX_GROWTH = 2
 was to keep the message's length, and a long one is a different message."""
 
 _COMMENTARY = re.compile(
-    r"^\s*(?:(?:this|the|my|in this|in the)\s+(?:edit|edited|revised|modified|new|updated)"
-    r"|(?:this|the)\s+(?:version|change|modification|message now)"
-    r"|(?:note|explanation|changes?|edit|mistake|error)\s*(?:made|planted|introduced)?\s*:"
-    r"|i\s+(?:have\s+)?(?:changed|edited|replaced|introduced|modified))",
+    r"^\s*(?:here\s+is|here's|this\s+edit|the\s+edit|note\s*:|explanation\s*:|changes?\s*:"
+    r"|the\s+(?:message|mistake|edited\s+message)\b|goal\s+drift\s*:"
+    r"|i(?:'ve|\s+have)?\s+(?:changed|edited|replaced|introduced|modified|planted))"
+    r"|\b(?:the\s+mistake|mistake\s+to\s+plant|planted|the\s+original\s+(?:message|figure|value|"
+    r"information|objective)|this\s+edit(?:ed)?(?:\s+message)?)\b",
     re.IGNORECASE,
 )
 _PREAMBLE = re.compile(r"^\s*(?:here\s+is|here's)\b[^\n]*:\s*\n", re.IGNORECASE)
 
 
-def _without_commentary(text: str) -> str:
-    """The edited message without what the model said about its edit: a leading "Here is
-    the edited message:" line and every paragraph from the first that talks about the edit
-    ("This edit keeps…", "Note: …")."""
+def _without_commentary(text: str, original: str = "") -> str:
+    """The edited message without what the model said about its edit or echoed of the
+    prompt: a leading "Here is the edited message:" line, everything after two blank
+    lines (where the original has none: the small model sets its notes apart so), and
+    every paragraph from the first that talks about the edit ("This edit keeps…",
+    "The mistake to plant: …", "I've replaced…")."""
     text = _PREAMBLE.sub("", text.strip(), count=1)
+    if not re.search(r"\n\s*\n\s*\n", original):
+        text = re.split(r"\n\s*\n\s*\n", text, maxsplit=1)[0]
     kept: list[str] = []
     for paragraph in re.split(r"\n\s*\n", text):
-        if kept and _COMMENTARY.match(paragraph):
+        if kept and _COMMENTARY.search(paragraph):
             break
         kept.append(paragraph)
     return "\n\n".join(kept).strip()

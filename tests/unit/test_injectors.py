@@ -165,6 +165,12 @@ def test_a_model_written_flaw_loses_what_the_model_said_about_its_edit() -> None
     noted = "Marrowby was founded in 1611.\n\nNote: the year was changed."
     planted = LLMInjector("V.1", lambda s, u: noted)(ctx)
     assert planted is not None and reply_text(planted.reply) == "Marrowby was founded in 1611."
+    echoed = "Marrowby was founded in 1611.\n\nThe mistake to plant: Inadequate verification."
+    planted = LLMInjector("V.1", lambda s, u: echoed)(ctx)
+    assert planted is not None and reply_text(planted.reply) == "Marrowby was founded in 1611."
+    set_apart = "Marrowby was founded in 1611.\n\n\nGoal drift: the founding year moved."
+    planted = LLMInjector("V.1", lambda s, u: set_apart)(ctx)
+    assert planted is not None and reply_text(planted.reply) == "Marrowby was founded in 1611."
     rambling = "Marrowby, founded in 1611, " + "a landmark of the region, " * 20
     assert LLMInjector("PL.2", lambda s, u: rambling)(ctx) is None
 
