@@ -41,7 +41,12 @@ class AttributeOptions:
 
 @runtime_checkable
 class Attributor(Protocol):
-    """Blames one step and agent of a failed trajectory."""
+    """Blames one step and agent of a failed trajectory.
+
+    An attributor that only computes (no I/O, no model calls) may say so with a class
+    attribute `cpu_bound = True`: the sidecar then runs it in a worker thread, so a long
+    trajectory does not stall ingest and queries on the event loop.
+    """
 
     name: str
 

@@ -302,6 +302,8 @@ class FirstError:
     """
 
     name = "first_error"
+    cpu_bound = True
+    """Pure computation: the sidecar runs it in a worker thread, off its event loop."""
 
     async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
         if not trajectory.steps:

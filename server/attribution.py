@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from faultfinder.attributors.base import (
     AttributeOptions,
     Attributor,
@@ -52,6 +54,19 @@ def without_gold(trajectory: Trajectory) -> Trajectory:
         return trajectory
     metadata = {k: v for k, v in trajectory.metadata.items() if k not in HIDDEN_METADATA}
     return trajectory.model_copy(update={"metadata": metadata})
+
+
+async def _attribute(
+    attributor: Attributor, trajectory: Trajectory, options: AttributeOptions
+) -> Attribution:
+    """`attributor.attribute`, in a worker thread (with its own event loop) when the
+    attributor declares itself `cpu_bound`: its computation then shares the process with
+    ingest instead of holding the event loop for its whole length."""
+    if not getattr(attributor, "cpu_bound", False):
+        return await attributor.attribute(trajectory, options)
+    return await anyio.to_thread.run_sync(
+        lambda: asyncio.run(attributor.attribute(trajectory, options)), abandon_on_cancel=True
+    )
 
 
 class AttributionService:
@@ -108,7 +123,7 @@ class AttributionService:
         try:
             attributor = self.attributor(name)
             async with asyncio.timeout(self._timeout_s):
-                attribution = await attributor.attribute(visible, options)
+                attribution = await _attribute(attributor, visible, options)
         except TimeoutError:
             return Attribution.failed(
                 name,

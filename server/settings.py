@@ -68,6 +68,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Most spans one OTLP request may carry (HTTP 413, gRPC RESOURCE_EXHAUSTED).",
     )
+    max_attribution_steps: int = Field(
+        default=10_000,
+        gt=0,
+        description="Most steps a trajectory posted to /api/attribute may have (HTTP 413).",
+    )
     body_read_timeout: float = Field(
         default=30.0,
         gt=0,

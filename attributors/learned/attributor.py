@@ -53,6 +53,8 @@ class LearnedAttributor:
     """
 
     name = "learned"
+    cpu_bound = True
+    """Pure computation: the sidecar runs it in a worker thread, off its event loop."""
 
     def __init__(
         self,

@@ -7,13 +7,14 @@ import asyncio
 
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
-from litestar.exceptions import NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath, JSONBody
 
 from faultfinder.server.api.runs import known_attributor
 from faultfinder.server.api.schemas import AttributeIn, JobOut
 from faultfinder.server.attribution import AttributionService
 from faultfinder.server.runs import job_out
+from faultfinder.server.settings import Settings
 from faultfinder.server.store import JobQueue, SpanStore
 
 
@@ -30,8 +31,17 @@ class AttributeController(Controller):
         data: JSONBody[AttributeIn],
         jobs: NamedDependency[JobQueue],
         attribution: NamedDependency[AttributionService],
+        settings: NamedDependency[Settings],
     ) -> Response[JobOut]:
         known_attributor(data.attributor)
+        steps = len(data.trajectory.steps)
+        if steps > settings.max_attribution_steps:
+            raise HTTPException(
+                status_code=413,
+                detail=f"the trajectory has {steps} steps; at most "
+                f"{settings.max_attribution_steps} may be attributed at once "
+                "(FAULTFINDER_MAX_ATTRIBUTION_STEPS)",
+            )
         if data.wait:
             try:
                 async with asyncio.timeout(data.timeout):

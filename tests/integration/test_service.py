@@ -393,6 +393,40 @@ def test_ad_hoc_trajectories_are_attributed_synchronously(sidecar_sqlite: Sideca
         assert client.post("/api/attribute", json={"trajectory": broken}).status_code == 400
 
 
+def test_an_ad_hoc_trajectory_over_the_step_limit_is_refused_and_one_within_it_answered(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    limit = 300
+
+    def trajectory(steps: int) -> dict[str, object]:
+        return {
+            "run_id": f"long-{steps}",
+            "task": "Add 2 and 2",
+            "steps": [
+                {"index": i, "agent": f"agent-{i % 3}", "content": f"turn {i}: still working"}
+                for i in range(steps)
+            ],
+        }
+
+    env = {**FAST, "FAULTFINDER_MAX_ATTRIBUTION_STEPS": str(limit)}
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=60) as client,
+    ):
+        over = client.post("/api/attribute", json={"trajectory": trajectory(limit + 1)})
+        assert over.status_code == 413
+        assert f"{limit + 1} steps" in over.text
+        for attributor in ("learned", "first_error"):  # both run off the event loop
+            within = client.post(
+                "/api/attribute",
+                json={"trajectory": trajectory(limit), "attributor": attributor},
+            )
+            assert within.status_code == 200, within.text
+            answer = within.json()["attribution"]
+            assert answer["status"] == "ok" and 0 <= answer["step"] < limit
+        assert client.get("/readyz").status_code == 200
+
+
 @pytest.fixture
 def sidecar_sqlite(sqlite_database_url: str, tmp_path: Path) -> Iterator[Sidecar]:
     with running_sidecar(sqlite_database_url, tmp_path, **FAST) as sidecar:
