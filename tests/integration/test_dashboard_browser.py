@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from faultfinder.attributors.learned.step_model import default_model
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
 from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
 from faultfinder.benchmarks.replay import replay
@@ -127,8 +128,10 @@ def test_the_dashboard_shows_live_runs_culprits_labels_and_stays_inert(
         expect(card).to_contain_text(attribution["method"])
         expect(card.locator(".reason")).to_have_text(attribution["reason"] or "—")
         if attribution["method"] == "learned":  # which model answered: the packaged one
+            training = default_model().training
             expect(card.locator(".trained-on")).to_contain_text(
-                "Model trained on who_and_when (184 labelled runs, 2026-"
+                f"Model trained on {training['dataset']} ({training['records']} labelled runs,"
+                f" {str(training['trained_at'])[:10]})"
             )
 
         # Label the culprit through the form; the label shows up on the page and the
