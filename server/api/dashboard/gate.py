@@ -79,7 +79,8 @@ def _authorised_by_cookie(scope: Scope) -> tuple[Scope, tuple[int, str] | None]:
     key = cookie_key(scope)
     if not key:
         return scope, None
-    if scope["type"] == "http" and scope.get("method") not in SAFE_METHODS:
+    method = scope.get("method")  # none on a websocket
+    if method is not None and method not in SAFE_METHODS:
         refusal = cross_origin_refusal(scope)
         if refusal is not None:
             return scope, refusal
