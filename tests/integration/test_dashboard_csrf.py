@@ -53,6 +53,18 @@ def _one_run(sidecar: Sidecar) -> str:
     raise AssertionError("the replayed run never appeared")
 
 
+def _settled(sidecar: Sidecar, run_id: str) -> dict[str, Any]:
+    """The run once attributed (its status then changes only by a verdict)."""
+    deadline = time.monotonic() + 30
+    while True:
+        run: dict[str, Any] = httpx.get(
+            f"{sidecar.url}/api/runs/{run_id}", headers={"x-api-key": KEY}, timeout=10
+        ).json()
+        if run["status"] == "attributed" or time.monotonic() > deadline:
+            return run
+        time.sleep(0.2)
+
+
 def _labels(sidecar: Sidecar, run_id: str) -> list[dict[str, Any]]:
     response = httpx.get(
         f"{sidecar.url}/api/runs/{run_id}/labels", headers={"x-api-key": KEY}, timeout=10
@@ -117,7 +129,7 @@ ATTACK_PAGE = """<!doctype html>
 <html><body>
 <form id="forged" method="post" action="{target}/api/runs/{run_id}/outcome"
       enctype="text/plain">
-  <input name='{{"outcome": "failure", "x": "' value='"}}'>
+  <input name='{{"outcome": "success", "x": "' value='"}}'>
 </form>
 <script>
   fetch("{target}/api/runs/{run_id}/labels", {{
@@ -172,9 +184,7 @@ def test_a_page_on_another_port_cannot_write_with_the_dashboards_cookie(
         page.wait_for_url(f"**/ui/runs/{run_id}")
         (cookie,) = context.cookies()
         assert cookie["sameSite"] == "Strict"
-        before = httpx.get(
-            f"{sidecar.url}/api/runs/{run_id}", headers={"x-api-key": KEY}, timeout=10
-        ).json()
+        before = _settled(sidecar, run_id)
 
         attack = ATTACK_PAGE.format(target=sidecar.url, run_id=run_id, label=json.dumps(LABEL))
         with _attacker_site(attack) as attacker_url:
@@ -189,7 +199,8 @@ def test_a_page_on_another_port_cannot_write_with_the_dashboards_cookie(
         after = httpx.get(
             f"{sidecar.url}/api/runs/{run_id}", headers={"x-api-key": KEY}, timeout=10
         ).json()
-        assert after["status"] == before["status"]
+        assert before["status"] == "attributed"
+        assert after["status"] == before["status"]  # the forged success verdict did not land
 
         # The dashboard's own label form still writes with the same cookie.
         page.locator("li.step button.label-this").last.click()
