@@ -181,7 +181,8 @@ def test_a_page_on_another_port_cannot_write_with_the_dashboards_cookie(
         page.goto(f"{sidecar.url}/ui/runs/{run_id}")
         page.locator("#key").fill(KEY)
         page.locator("#login button[type=submit]").click()
-        page.wait_for_url(f"**/ui/runs/{run_id}")
+        # The login page stood at the run's own address: wait for the run page itself.
+        expect(page.locator("#label-form")).to_be_visible()
         (cookie,) = context.cookies()
         assert cookie["sameSite"] == "Strict"
         before = _settled(sidecar, run_id)
