@@ -33,7 +33,8 @@ def tools() -> ModuleType:
 
 def test_the_tasks_file_is_what_the_harness_reads() -> None:
     tasks = read_tasks(CORPUS / "tasks.jsonl")
-    assert 40 <= len(tasks) <= 60
+    assert 40 <= len(tasks) <= 200
+    assert len({task.id for task in tasks}) == len(tasks)  # ids are unique
     lines = [json.loads(line) for line in (CORPUS / "tasks.jsonl").read_text().splitlines()]
     kinds = Counter(line["kind"] for line in lines)
     assert set(kinds) == {"lookup", "conversion", "table", "csv"}, kinds
@@ -97,3 +98,17 @@ def test_each_program_keeps_the_contract(program: Path) -> None:
 def test_there_are_programs_for_three_frameworks_or_more() -> None:
     # They run in the frameworks' own environments (PROGRAMS.md), never imported here.
     assert len(PROGRAMS) >= 3
+
+
+def test_every_single_city_lookup_answer_is_what_the_tool_says(tools: ModuleType) -> None:
+    # The tasks more_tasks.py adds are computed from the tool data; a lookup's answer must
+    # be what `city_facts` returns for that city, or the grader would fail right runs.
+    checked = 0
+    for task in read_tasks(CORPUS / "tasks.jsonl"):
+        cities = [city for city in tools.CITIES if city in task.task]
+        two_hops = "capital" in task.task or "currency" in task.task
+        if task.id.startswith("lookup") and len(cities) == 1 and not two_hops:
+            facts = tools.city_facts(cities[0])
+            assert task.answer in facts, (task, facts)
+            checked += 1
+    assert checked >= 30
