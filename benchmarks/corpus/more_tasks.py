@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,10 +31,10 @@ QUESTIONS = {
     "elevation_m": "What is the elevation of {city} in metres?",
     "area_km2": "What is the area of {city} in square kilometres?",
 }
-PAIRS = {
-    "population": ("What is the combined population of {a} and {b}?", lambda x, y: x + y),
-    "elevation_m": ("How many metres higher is {a} than {b}?", lambda x, y: x - y),
-    "founded": ("How many years after {b} was {a} founded?", lambda x, y: x - y),
+PAIRS: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    "population": ("What is the combined population of {a} and {b}?", operator.add),
+    "elevation_m": ("How many metres higher is {a} than {b}?", operator.sub),
+    "founded": ("How many years after {b} was {a} founded?", operator.sub),
 }
 
 
@@ -63,8 +65,11 @@ def main() -> None:
     for fact, (question, combine) in PAIRS.items():
         for a, fa in CITIES.items():
             for b, fb in CITIES.items():
-                value = combine(fa[fact], fb[fact])
-                if a != b and isinstance(value, int) and value > 0:
+                x, y = fa[fact], fb[fact]
+                if not (isinstance(x, int) and isinstance(y, int)):
+                    continue
+                value = combine(x, y)
+                if a != b and value > 0:
                     pairs.append((question.format(a=a, b=b), str(value)))
     added = []
     for kind, pool, count in (("lookup", lookups, args.lookups), ("table", pairs, args.pairs)):
