@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 import httpx
@@ -114,7 +115,7 @@ async def run_demo(
         runs = await _attributed_runs(url, len(records), settings.attributors, timeout)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             for run in runs:
-                detail = (await client.get(f"/api/runs/{run['id']}")).json()
+                detail = (await client.get(f"/api/runs/{quote(run['id'], safe='')}")).json()
                 run["record"] = detail["trajectory"]["metadata"].get("record")
         _print_report(runs, records)
         if "learned" in settings.attributors:

@@ -32,6 +32,7 @@ from faultfinder.server.api.dependencies import DEPENDENCIES
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.metrics import MetricsController
 from faultfinder.server.api.otlp import InflightBytes, OtlpTraceController
+from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
 from faultfinder.server.attribution import AttributionService, AttributionWorker
@@ -206,7 +207,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             await attribution.aclose()
             await engine.dispose()
 
-    return Litestar(
+    app = Litestar(
         dependencies=DEPENDENCIES,
         route_handlers=[
             OtlpTraceController,
@@ -239,3 +240,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
             }
         ),
     )
+    # Run ids may hold any character: the router sees their segment still encoded.
+    app.asgi_handler = EncodedRunIds(app.asgi_handler)
+    return app

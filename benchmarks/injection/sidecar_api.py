@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -41,7 +42,7 @@ class SidecarAPI:
         self, run_id: str, *, success: bool, answer: str, final: str, reason: str
     ) -> None:
         answer_ = self.http.post(
-            f"/api/runs/{run_id}/outcome",
+            f"/api/runs/{quote(run_id, safe='')}/outcome",
             json={
                 "outcome": "success" if success else "failure",
                 "ground_truth": answer,
@@ -52,12 +53,12 @@ class SidecarAPI:
         answer_.raise_for_status()
 
     def trajectory(self, run_id: str) -> Trajectory:
-        answer = self.http.get(f"/api/runs/{run_id}")
+        answer = self.http.get(f"/api/runs/{quote(run_id, safe='')}")
         answer.raise_for_status()
         return Trajectory.model_validate(answer.json()["trajectory"])
 
     def label(self, run_id: str, body: Mapping[str, Any]) -> None:
-        answer = self.http.post(f"/api/runs/{run_id}/labels", json=dict(body))
+        answer = self.http.post(f"/api/runs/{quote(run_id, safe='')}/labels", json=dict(body))
         answer.raise_for_status()
 
     def close(self) -> None:

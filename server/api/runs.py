@@ -10,6 +10,7 @@ from litestar.exceptions import ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
 from faultfinder.attributors.base import available_attributors
+from faultfinder.server.api.run_paths import as_stored, stored_run_id
 from faultfinder.server.api.schemas import (
     AttributeRunIn,
     JobOut,
@@ -26,12 +27,6 @@ from faultfinder.server.store import InvalidCursorError
 RUN_STATUSES = ("running", "complete", "failed", "attributed")
 UNIX_SECONDS_MAX = 9_223_372_036.0
 """Latest time the store can compare against (its columns hold int64 nanoseconds)."""
-
-
-def as_stored(text: str) -> str:
-    """Text as the store keeps it: PostgreSQL text cannot hold NUL, so the store writes
-    U+FFFD instead; a run id or filter sent with NUL must match that (not crash the query)."""
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def known_attributor(name: str) -> str:
@@ -97,7 +92,7 @@ class RunController(Controller):
         summary="One run with its trajectory and attributions",
     )
     async def get_run(self, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunDetail:
-        return await runs.get_run(as_stored(run_id))
+        return await runs.get_run(stored_run_id(run_id))
 
     @post(
         "/{run_id:str}/outcome",
@@ -109,7 +104,7 @@ class RunController(Controller):
         self, runs: NamedDependency[RunService], run_id: FromPath[str], data: JSONBody[OutcomeIn]
     ) -> RunSummary:
         return await runs.post_outcome(
-            as_stored(run_id),
+            stored_run_id(run_id),
             data.outcome,
             reason=data.reason,
             ground_truth=data.ground_truth,
@@ -129,11 +124,11 @@ class RunController(Controller):
         data: JSONBody[AttributeRunIn],
     ) -> JobOut:
         known_attributor(data.attributor)
-        return await runs.reattribute(as_stored(run_id), data.attributor)
+        return await runs.reattribute(stored_run_id(run_id), data.attributor)
 
     @get("/{run_id:str}/jobs", operation_id="listRunJobs", summary="The run's attribution jobs")
     async def jobs(self, runs: NamedDependency[RunService], run_id: FromPath[str]) -> list[JobOut]:
-        jobs: list[JobOut] = await runs.jobs(as_stored(run_id))
+        jobs: list[JobOut] = await runs.jobs(stored_run_id(run_id))
         return jobs
 
     @post(
@@ -148,7 +143,7 @@ class RunController(Controller):
     ) -> LabelOut:
         try:
             return await runs.add_label(
-                as_stored(run_id),
+                stored_run_id(run_id),
                 agent=data.agent,
                 step=data.step,
                 reason=as_stored(data.reason) if data.reason is not None else None,
@@ -164,5 +159,5 @@ class RunController(Controller):
     async def labels(
         self, runs: NamedDependency[RunService], run_id: FromPath[str]
     ) -> list[LabelOut]:
-        labels: list[LabelOut] = await runs.labels(as_stored(run_id))
+        labels: list[LabelOut] = await runs.labels(stored_run_id(run_id))
         return labels

@@ -82,3 +82,40 @@ def test_a_grpc_message_that_is_not_an_otlp_request_is_an_invalid_argument(
         answer = export(trace_service_pb2.ExportTraceServiceRequest().SerializeToString())
         assert trace_service_pb2.ExportTraceServiceResponse.FromString(answer) is not None
         assert "Traceback" not in sidecar.log()
+
+
+SLASHED_RUNS = ("team/a/run-1", "q?x=1#frag", "100% done", "../../etc/passwd")
+
+
+def test_run_ids_with_any_characters_are_addressable_url_encoded(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **FAST) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=10) as api,
+    ):
+        for run_id in SLASHED_RUNS:
+            trajectory = _trajectory().model_copy(update={"run_id": run_id})
+            sent = api.post(
+                "/v1/traces",
+                content=protobuf_body(trajectory_spans(trajectory, run_id=run_id)),
+                headers={"content-type": "application/x-protobuf"},
+            )
+            assert sent.status_code == 200
+        for run_id in SLASHED_RUNS:
+            path = urllib.parse.quote(run_id, safe="")
+            detail = api.get(f"/api/runs/{path}")
+            assert detail.status_code == 200, (run_id, detail.text)
+            assert detail.json()["id"] == run_id
+            label = api.post(f"/api/runs/{path}/labels", json={"agent": "user", "step": 0})
+            assert label.status_code == 201, (run_id, label.text)
+            (stored,) = api.get(f"/api/runs/{path}/labels").json()
+            assert stored["agent"] == "user"
+            outcome = api.post(f"/api/runs/{path}/outcome", json={"outcome": "failure"})
+            assert outcome.status_code == 200 and outcome.json()["id"] == run_id
+            page = api.get(f"/ui/runs/{path}")
+            assert page.status_code == 200, run_id
+        # A near miss is a miss: the undecoded "team/a/run-1" is not that run, and the
+        # labels went to the runs they name, not to a prefix of them.
+        assert api.get("/api/runs/team/a/run-1").status_code == 404
+        assert api.get(f"/api/runs/{urllib.parse.quote('team', safe='')}").status_code == 404

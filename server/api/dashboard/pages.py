@@ -35,6 +35,7 @@ from faultfinder.server.api.dashboard.views import (
     primary_attribution,
     step_views,
 )
+from faultfinder.server.api.run_paths import stored_run_id
 from faultfinder.server.api.runs import RUN_STATUSES
 from faultfinder.server.api.schemas import RunPage
 from faultfinder.server.auth import KeyRing, presented_key
@@ -170,6 +171,7 @@ class DashboardController(Controller):
         runs: NamedDependency[RunService],
         settings: NamedDependency[Settings],
     ) -> Template:
+        run_id = stored_run_id(run_id)
         try:
             run = await runs.get_run(run_id)
         except UnknownRunError:
