@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import gc
 import logging
 import sys
@@ -36,7 +37,7 @@ from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
 from faultfinder.server.attribution import AttributionService, AttributionWorker
-from faultfinder.server.audit import OnlineAuditor
+from faultfinder.server.audit import AuditLimits, OnlineAuditor
 from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.composition import (
     attributor_context_for,
@@ -51,6 +52,8 @@ from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.logs import logging_config
 from faultfinder.server.metrics import ServerMetrics
+from faultfinder.server.otlp.mapping import run_id_of
+from faultfinder.server.run_budget import RunSpanBudget
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, load_settings
 from faultfinder.server.store import AlarmStore, JobQueue, LabelStore, SpanStore, UnknownRunError
@@ -98,7 +101,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         if settings.migrate_on_start:
             await asyncio.to_thread(upgrade, settings.database_url, show_progress=False)
         engine = create_engine(settings.database_url)
-        store = SpanStore(engine, group_by_conversation=settings.group_by_conversation)
+        store = SpanStore(
+            engine,
+            group_by_conversation=settings.group_by_conversation,
+            max_spans_per_run=settings.max_spans_per_run,
+        )
         jobs = JobQueue(
             engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff
         )
@@ -109,6 +116,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
             max_queued_spans=settings.ingest_queue_spans,
             max_batch_spans=settings.ingest_batch_spans,
             ack_timeout=settings.ingest_ack_timeout,
+            budget=RunSpanBudget(
+                settings.max_spans_per_run,
+                functools.partial(run_id_of, group_by_conversation=settings.group_by_conversation),
+            ),
         )
         metrics.attach(writer, queue_capacity=settings.ingest_queue_spans)
         learned_model = await asyncio.to_thread(learned_model_for, settings)
@@ -177,7 +188,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                             alarms,
                             auditor=auditor_for(learned_model),
                             interval=settings.audit_interval,
-                            busy_share=settings.audit_busy_share,
+                            limits=AuditLimits(busy_share=settings.audit_busy_share),
                             on_alarm=raise_alarm,
                         )
                     )

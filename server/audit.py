@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
@@ -36,9 +37,28 @@ log = logging.getLogger(__name__)
 OnAlarm = Callable[[Alarm], Awaitable[None]]
 
 AUDIT_BATCH_RUNS = 100
-"""Runs read, scored and stored together; bounds the spans a pass holds at once."""
+"""Most runs read, scored and stored together."""
+AUDIT_BATCH_SPANS = 20_000
+"""Most spans read at once (a batch closes early at this many): with the runs' own limit
+below, what one pass holds in memory is bounded whatever the runs' sizes."""
+AUDIT_MAX_SPANS_PER_RUN = 2_000
+"""Runs with more spans are no longer audited, and their state is dropped: an early alarm
+is for a run's early steps, and the auditor keeps each audited run's steps, so this bounds
+its memory per run (and, with `max_runs`, in total)."""
 AUDIT_BUSY_SHARE = 0.5
 """Most of the wall-clock time a pass spends auditing; it rests for the remainder."""
+
+
+@dataclass(frozen=True)
+class AuditLimits:
+    """How much of the process one auditor pass may take (the constants above)."""
+
+    max_runs: int = 500
+    """Running runs looked at per pass (the most recently created)."""
+    batch_runs: int = AUDIT_BATCH_RUNS
+    batch_spans: int = AUDIT_BATCH_SPANS
+    max_spans_per_run: int = AUDIT_MAX_SPANS_PER_RUN
+    busy_share: float = AUDIT_BUSY_SHARE
 
 
 class OnlineAuditor(PeriodicDaemon):
@@ -54,20 +74,23 @@ class OnlineAuditor(PeriodicDaemon):
         auditor: Auditor | None = None,
         interval: float = 1.0,
         on_alarm: OnAlarm | None = None,
-        max_runs: int = 500,
-        batch_runs: int = AUDIT_BATCH_RUNS,
-        busy_share: float = AUDIT_BUSY_SHARE,
+        limits: AuditLimits | None = None,
     ) -> None:
-        if not 0 < busy_share <= 1:
-            raise ValueError(f"busy_share must be in (0, 1], not {busy_share}")
+        limits = limits or AuditLimits()
+        if not 0 < limits.busy_share <= 1:
+            raise ValueError(f"busy_share must be in (0, 1], not {limits.busy_share}")
         super().__init__(interval)
         self._store = store
         self._alarms = alarms
         self._auditor = auditor
         self._on_alarm = on_alarm
-        self._max_runs = max_runs
-        self._batch_runs = batch_runs
-        self._rest_per_busy = 1 / busy_share - 1
+        self._max_runs = limits.max_runs
+        self._batch_runs = limits.batch_runs
+        self._batch_spans = limits.batch_spans
+        self._max_spans_per_run = limits.max_spans_per_run
+        self._rest_per_busy = 1 / limits.busy_share - 1
+        self.runs_too_large = 0
+        """Runs left unaudited for having more than `max_spans_per_run` spans."""
         self._seen: dict[str, int] = {}
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -97,14 +120,36 @@ class OnlineAuditor(PeriodicDaemon):
                 # Its one alarm is raised: new steps cannot raise another.
                 self._seen[row.id] = row.n_spans
                 continue
+            if row.n_spans > self._max_spans_per_run:
+                self._seen[row.id] = row.n_spans
+                self._auditor.forget(row.id)
+                self.runs_too_large += 1
+                continue
             changed.append(row)
         raised: list[Alarm] = []
-        for start in range(0, len(changed), self._batch_runs):
+        for batch in self._batches(changed):
             began = time.monotonic()
-            raised.extend(await self._audit_batch(changed[start : start + self._batch_runs]))
+            raised.extend(await self._audit_batch(batch))
             if self._rest_per_busy:
                 await asyncio.sleep((time.monotonic() - began) * self._rest_per_busy)
         return raised
+
+    def _batches(self, rows: Sequence[RunRow]) -> list[list[RunRow]]:
+        """`rows` in batches of at most `batch_runs` runs and (but for a batch of one run)
+        `batch_spans` spans."""
+        batches: list[list[RunRow]] = []
+        spans = 0
+        for row in rows:
+            if (
+                not batches
+                or len(batches[-1]) >= self._batch_runs
+                or spans + row.n_spans > self._batch_spans
+            ):
+                batches.append([])
+                spans = 0
+            batches[-1].append(row)
+            spans += row.n_spans
+        return batches
 
     async def _audit_batch(self, rows: Sequence[RunRow]) -> list[Alarm]:
         if self._limiter is None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from faultfinder.server.daemon import Daemon
 from faultfinder.server.db.failures import error_class, is_transient, retry_reason
 from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.run_budget import RUN_TOO_LARGE, Admitted, RunSpanBudget
 
 log = logging.getLogger(__name__)
 
@@ -190,10 +191,13 @@ class SpanWriter(Daemon):
         ack_timeout: float,
         retry_backoff: tuple[float, float] = (0.05, 2.0),
         transient_attempts: int = 8,
+        budget: RunSpanBudget | None = None,
     ) -> None:
         """`transient_attempts`: tries of one batch that keeps failing with transient
-        errors before it is split (with the default backoff, about 7 s)."""
+        errors before it is split (with the default backoff, about 7 s). `budget` keeps
+        each run within its most spans (the rest of a full run's spans are refused)."""
         super().__init__()
+        self._budget = budget
         self._write = write
         self._max_queued = max_queued_spans
         self._max_batch = max_batch_spans
@@ -249,16 +253,26 @@ class SpanWriter(Daemon):
             raise IngestSaturatedError(
                 f"ingest queue full ({self._queued_spans} spans waiting, limit {self._max_queued})"
             )
+        full = Admitted(spans) if self._budget is None else self._budget.admit(spans)
+        if full.refused:
+            self.counters.reject_spans(RUN_TOO_LARGE, full.refused)
+        spans = full.spans
+        if not spans:
+            return Stored(full.refused, "; ".join(full.messages))
         item = _Pending(spans, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._queued_spans += len(spans)
         self._wakeup.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(item.done), self._ack_timeout)
+            stored = await asyncio.wait_for(asyncio.shield(item.done), self._ack_timeout)
         except TimeoutError:
             raise IngestUnavailableError(
                 f"spans not stored within {self._ack_timeout:g}s; they remain queued"
             ) from None
+        if not full.refused:
+            return stored
+        message = "; ".join(part for part in (*full.messages, stored.error_message) if part)
+        return Stored(stored.rejected + full.refused, message)
 
     def _take_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []

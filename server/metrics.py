@@ -63,7 +63,8 @@ class LiveCollector(Collector):
         rejected = CounterMetricFamily(
             "faultfinder_spans_rejected",
             "Spans dropped from accepted requests, by reason (invalid_span: refused at decode; "
-            "unstorable: refused by the database).",
+            "unstorable: refused by the database; run_too_large: their run holds "
+            "FAULTFINDER_MAX_SPANS_PER_RUN spans already).",
             labels=["reason"],
         )
         requests_rejected = CounterMetricFamily(

@@ -68,6 +68,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Most spans one OTLP request may carry (HTTP 413, gRPC RESOURCE_EXHAUSTED).",
     )
+    max_spans_per_run: int = Field(
+        default=20_000,
+        gt=0,
+        description="Most spans one run may have: ingest refuses a full run's further spans"
+        " (partial success) and reading a run stops there.",
+    )
     max_attribution_steps: int = Field(
         default=10_000,
         gt=0,

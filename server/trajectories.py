@@ -25,7 +25,7 @@ def run_trajectory(run_id: str, spans: Sequence[SpanRecord], row: RunRow | None)
     trajectory = assemble_trajectory(run_id, spans)
     if row is None:
         return trajectory
-    updates = {
+    updates: dict[str, object] = {
         name: value
         for name, value in (
             ("ground_truth", row.ground_truth),
@@ -34,6 +34,13 @@ def run_trajectory(run_id: str, spans: Sequence[SpanRecord], row: RunRow | None)
         )
         if value is not None
     }
+    if row.n_spans > len(spans):
+        # The store read only the run's earliest spans (`max_spans_per_run`): say so.
+        updates["metadata"] = {
+            **trajectory.metadata,
+            "spans_read": len(spans),
+            "spans_stored": row.n_spans,
+        }
     return trajectory.model_copy(update=updates) if updates else trajectory
 
 

@@ -32,7 +32,11 @@ async def run_workers(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    store = SpanStore(engine, group_by_conversation=settings.group_by_conversation)
+    store = SpanStore(
+        engine,
+        group_by_conversation=settings.group_by_conversation,
+        max_spans_per_run=settings.max_spans_per_run,
+    )
     jobs = JobQueue(engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff)
     learned_model = learned_model_for(settings)
     service = AttributionService(

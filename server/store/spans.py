@@ -56,9 +56,17 @@ __all__ = ["SpanStore"]
 class SpanStore:
     """Spans, runs and attributions in one SQLite or PostgreSQL database (async)."""
 
-    def __init__(self, engine: AsyncEngine, *, group_by_conversation: bool = False) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        group_by_conversation: bool = False,
+        max_spans_per_run: int | None = None,
+    ) -> None:
         self._engine = engine
         self._group_by_conversation = group_by_conversation
+        self.max_spans_per_run = max_spans_per_run
+        """Most spans read of one run (its earliest); None reads them all."""
         insert = insert_for(engine)
         least: Any
         greatest: Any
@@ -230,26 +238,35 @@ class SpanStore:
     # -- reading -----------------------------------------------------------------------
 
     async def run_spans(self, run_id: str) -> list[SpanRecord]:
-        """All stored spans of a run, in start order."""
+        """The stored spans of a run, in start order: all of them, or the earliest
+        `max_spans_per_run`."""
         statement = (
             select(SPANS)
             .where(SPANS.c.run_id == run_id)
             .order_by(SPANS.c.start_time_unix_nano, SPANS.c.trace_id, SPANS.c.span_id)
         )
+        if self.max_spans_per_run is not None:
+            statement = statement.limit(self.max_spans_per_run)
         async with self._engine.connect() as conn:
             result = await conn.execute(statement)
             return [span_record(row) for row in result]
 
     async def spans_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[SpanRecord]]:
-        """The stored spans of several runs in one query (unordered within a run; runs
-        without spans are absent). Cheaper than one `run_spans` per run for a batch."""
+        """The stored spans of several runs in one query (unordered within a run, at most
+        `max_spans_per_run` of each; runs without spans are absent). Cheaper than one
+        `run_spans` per run for a batch. Rows are streamed, so a run far over the limit
+        costs reading time, not memory."""
         if not run_ids:
             return {}
+        cap = self.max_spans_per_run
         statement = select(SPANS).where(SPANS.c.run_id.in_(list(run_ids)))
         spans: dict[str, list[SpanRecord]] = {}
         async with self._engine.connect() as conn:
-            for row in await conn.execute(statement):
-                spans.setdefault(row.run_id, []).append(span_record(row))
+            result = await conn.stream(statement.execution_options(yield_per=1000))
+            async for row in result:
+                held = spans.setdefault(row.run_id, [])
+                if cap is None or len(held) < cap:
+                    held.append(span_record(row))
         return spans
 
     async def get_run(self, run_id: str) -> RunRow | None:

@@ -150,3 +150,70 @@ def test_a_request_of_more_spans_than_allowed_is_refused_whole_on_both_transport
         assert at_limit.status_code == 200
         answer = ExportTraceServiceResponse.FromString(at_limit.content)
         assert answer.partial_success.rejected_spans == 0
+
+
+def _run_spans(run_id: str, count: int, first: int) -> bytes:
+    """`count` spans of run `run_id` (by `faultfinder.run.id`), each its own trace."""
+    recorder = SpanRecorder({"service.name": "limits"})
+    for index in range(first, first + count):
+        recorder.span(
+            f"step {index}",
+            start=T0 + index * MS,
+            end=T0 + index * MS + 1,
+            attributes={"faultfinder.run.id": run_id, "gen_ai.agent.name": "looper"},
+        )
+    return protobuf_body(recorder.spans)
+
+
+def test_a_run_takes_at_most_its_span_limit_and_reading_it_stops_there(
+    database_url: str, tmp_path: Path
+) -> None:
+    limit = 50
+    env = {"FAULTFINDER_MAX_SPANS_PER_RUN": str(limit), "FAULTFINDER_AUDIT": "false"}
+    with (
+        running_sidecar(database_url, tmp_path, **env) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as client,
+    ):
+        answers = [
+            ExportTraceServiceResponse.FromString(
+                client.post(
+                    "/v1/traces", content=_run_spans("loop", 30, first), headers=PROTOBUF
+                ).content
+            )
+            for first in (0, 30, 60)
+        ]
+        assert [a.partial_success.rejected_spans for a in answers] == [0, 10, 30]
+        assert "'loop' holds the most spans a run may have (50)" in (
+            answers[1].partial_success.error_message
+        )
+        # Other runs are not held back by a full one.
+        other = client.post("/v1/traces", content=_run_spans("other", 30, 0), headers=PROTOBUF)
+        assert (
+            ExportTraceServiceResponse.FromString(other.content).partial_success.rejected_spans == 0
+        )
+        stats = client.get("/api/stats/ingest").json()
+        assert stats["spans_stored"] == limit + 30
+        assert stats["spans_rejected"]["run_too_large"] == 40
+        run = client.get("/api/runs/loop").json()
+        assert run["n_spans"] == limit
+        steps_at_limit = len(run["trajectory"]["steps"])
+        assert limit - 1 <= steps_at_limit <= limit  # the first span is the run's root
+        rejected = client.get("/metrics").text
+        assert 'faultfinder_spans_rejected_total{reason="run_too_large"} 40.0' in rejected
+
+    # A run stored past the limit anyway (here: by a sidecar that allowed more) is read
+    # only up to the limit, and its page says how much it holds.
+    with (
+        running_sidecar(database_url, tmp_path, FAULTFINDER_MAX_SPANS_PER_RUN="200") as wide,
+        httpx.Client(base_url=wide.url, timeout=30) as client,
+    ):
+        client.post("/v1/traces", content=_run_spans("wide", 120, 0), headers=PROTOBUF)
+    with (
+        running_sidecar(database_url, tmp_path, **env) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as client,
+    ):
+        run = client.get("/api/runs/wide").json()
+        assert run["n_spans"] == 120
+        assert len(run["trajectory"]["steps"]) == steps_at_limit
+        assert run["trajectory"]["metadata"]["spans_read"] == limit
+        assert run["trajectory"]["metadata"]["spans_stored"] == 120

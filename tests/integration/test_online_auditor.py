@@ -11,7 +11,7 @@ import httpx
 from faultfinder.attributors.auditor import Alarm, Auditor
 from faultfinder.benchmarks.datasets import load_dataset
 from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.audit import OnlineAuditor
+from faultfinder.server.audit import AuditLimits, OnlineAuditor
 from faultfinder.server.otlp.mapping import run_facts
 from faultfinder.server.store import AlarmStore, SpanStore
 from tests.integration.sidecar import running_sidecar
@@ -81,7 +81,9 @@ async def test_a_pass_over_many_runs_raises_the_alarms_of_auditing_each_run_alon
         announced.append(alarm)
 
     # Passes run here, without the daemon's own.
-    auditor = OnlineAuditor(store, alarms, auditor=Auditor(), on_alarm=on_alarm, batch_runs=2)
+    auditor = OnlineAuditor(
+        store, alarms, auditor=Auditor(), on_alarm=on_alarm, limits=AuditLimits(batch_runs=2)
+    )
     raised = await auditor.audit_once()
     assert await auditor.audit_once() == []  # nothing changed since
     assert announced == raised
@@ -92,6 +94,39 @@ async def test_a_pass_over_many_runs_raises_the_alarms_of_auditing_each_run_alon
     assert {run_id: (a.step, a.agent) for run_id, a in stored.items()} == {
         run_id: (a.step, a.agent) for run_id, a in expected.items()
     }
+
+
+async def test_runs_over_the_audit_span_limit_are_left_alone_and_batches_stay_small(
+    store: SpanStore,
+) -> None:
+    records = [r for r in load_dataset("who_and_when:hand-crafted") if len(r.trajectory) > 30][:8]
+    sizes = {}
+    for record in records:
+        spans = span_records(trajectory_spans(record.trajectory))
+        await store.write_spans(spans)
+        sizes[run_facts(spans[0]).run_id] = len(spans)
+    cap = sorted(sizes.values())[len(sizes) // 2]
+    small = {run_id for run_id, n in sizes.items() if n <= cap}
+    assert 0 < len(small) < len(sizes)
+    alone = Auditor()
+    expected = {}
+    for run_id in small:
+        alarm = alone.observe(assemble_trajectory(run_id, await store.run_spans(run_id)))
+        if alarm is not None:
+            expected[run_id] = (alarm.step, alarm.agent)
+    # Batches of one run each (no two runs fit in `batch_spans`), runs over `cap` skipped.
+    auditor = OnlineAuditor(
+        store,
+        AlarmStore(store.engine),
+        auditor=Auditor(),
+        limits=AuditLimits(batch_spans=min(sizes.values()), max_spans_per_run=cap),
+    )
+    rows = [row for run_id in small if (row := await store.get_run(run_id)) is not None]
+    assert len(auditor._batches(rows)) == len(small)
+    raised = await auditor.audit_once()
+    assert {a.run_id: (a.step, a.agent) for a in raised} == expected
+    assert auditor.runs_too_large == len(sizes) - len(small)
+    assert await auditor.audit_once() == []  # the skipped runs are not read again
 
 
 def test_the_sidecar_exposes_early_alarms_in_the_api_and_metrics(
