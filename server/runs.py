@@ -144,19 +144,31 @@ class RunService:
         items = [await self._summary(row, attributions.get(row.id, [])) for row in rows]
         return RunPage(items=items, next_cursor=next_cursor)
 
-    async def get_run(self, run_id: str) -> RunDetail:
+    async def get_run(
+        self, run_id: str, *, steps_offset: int = 0, steps_limit: int | None = None
+    ) -> RunDetail:
+        """The run with its trajectory: all its steps, or the window `steps_offset`,
+        `steps_limit` of them (each step keeps its `index`)."""
         row = await self._row(run_id)
         trajectory = await load_trajectory(self._store, row)
         summary = await self._summary(row, await self._store.list_attributions(row.id), trajectory)
         alarm = (await self._alarms.for_runs([run_id])).get(run_id) if self._alarms else None
-        return RunDetail(
+        detail = RunDetail(
             alarm=AlarmOut(**dataclasses.asdict(alarm)) if alarm is not None else None,
             **summary.model_dump(exclude={"agents", "n_steps", "attributions"}),
             attributions=summary.attributions,
             agents=list(trajectory.agents),
             n_steps=len(trajectory),
             trajectory=trajectory,
+            steps_offset=steps_offset,
         )
+        if steps_offset or steps_limit is not None:
+            # A window is not a whole trajectory (its first index is not 0): it is set
+            # after validation, and only this response carries it.
+            stop = None if steps_limit is None else steps_offset + steps_limit
+            window = {"steps": trajectory.steps[steps_offset:stop]}
+            detail.trajectory = trajectory.model_copy(update=window)
+        return detail
 
     async def recent_alarms(self, limit: int = 100) -> list[AlarmOut]:
         if self._alarms is None:

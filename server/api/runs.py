@@ -91,8 +91,21 @@ class RunController(Controller):
         operation_id="getRun",
         summary="One run with its trajectory and attributions",
     )
-    async def get_run(self, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunDetail:
-        return await runs.get_run(stored_run_id(run_id))
+    async def get_run(
+        self,
+        runs: NamedDependency[RunService],
+        run_id: FromPath[str],
+        steps_offset: Annotated[
+            int, Parameter(ge=0, description="First step of the trajectory to return")
+        ] = 0,
+        steps_limit: Annotated[
+            int | None,
+            Parameter(ge=1, description="Most steps to return (default: all from the offset)"),
+        ] = None,
+    ) -> RunDetail:
+        return await runs.get_run(
+            stored_run_id(run_id), steps_offset=steps_offset, steps_limit=steps_limit
+        )
 
     @post(
         "/{run_id:str}/outcome",

@@ -46,7 +46,10 @@ class AlarmOut(BaseModel):
 
 class RunDetail(RunSummary):
     trajectory: Trajectory
+    """The run's steps from `steps_offset` (all of them unless a `steps_limit` was asked
+    for); `n_steps` counts them all."""
     alarm: AlarmOut | None = None
+    steps_offset: int = 0
 
 
 class IngestStats(BaseModel):

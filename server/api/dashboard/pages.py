@@ -9,13 +9,13 @@ import time
 import urllib.parse
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import Cookie, State
 from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath, FromQuery, Parameter
 from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 
@@ -27,6 +27,7 @@ from faultfinder.server.api.dashboard.gate import (
 )
 from faultfinder.server.api.dashboard.views import (
     RunRowView,
+    StepWindow,
     attributor_agreement,
     blame_chart,
     blame_over_time_chart,
@@ -170,6 +171,7 @@ class DashboardController(Controller):
         run_id: FromPath[str],
         runs: NamedDependency[RunService],
         settings: NamedDependency[Settings],
+        steps_from: Annotated[int | None, Parameter(ge=0)] = None,
     ) -> Template:
         run_id = stored_run_id(run_id)
         try:
@@ -187,6 +189,10 @@ class DashboardController(Controller):
         trajectory = run.trajectory
         agents = list(dict.fromkeys((*trajectory.roster, *trajectory.agents)))
         reference = trajectory.metadata.get("label")
+        views = step_views(trajectory, latest, primary, labels)
+        window = StepWindow.around(
+            len(views), steps_from, primary.step if primary is not None else None
+        )
         return Template(
             template_name="run.html",
             context=_context(
@@ -195,7 +201,9 @@ class DashboardController(Controller):
                 run=run,
                 run_id=run_id,
                 trajectory=trajectory,
-                steps=step_views(trajectory, latest, primary, labels),
+                steps=views[window.start : window.stop],
+                window=window,
+                step_href=window.href,
                 primary=primary,
                 latest=latest,
                 earlier=[a for a in run.attributions if all(a is not b for b in latest)],

@@ -96,6 +96,42 @@ def step_views(
     return views
 
 
+STEPS_PER_PAGE = 250
+"""Steps the run page shows at once: a long run's page stays quick to serve and render."""
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """The steps one run page shows: `[start, stop)` of `total`."""
+
+    start: int
+    stop: int
+    total: int
+
+    @classmethod
+    def around(cls, total: int, requested: int | None, focus: int | None) -> StepWindow:
+        """The page starting at `requested` (rounded down to a page), or else the page
+        holding `focus` (the blamed step), or else the first."""
+        anchor = requested if requested is not None else focus if focus is not None else 0
+        anchor = min(max(anchor, 0), max(total - 1, 0))
+        start = anchor - anchor % STEPS_PER_PAGE
+        return cls(start, min(start + STEPS_PER_PAGE, total), total)
+
+    @property
+    def previous(self) -> int | None:
+        return self.start - STEPS_PER_PAGE if self.start > 0 else None
+
+    @property
+    def next(self) -> int | None:
+        return self.stop if self.stop < self.total else None
+
+    def href(self, step: int) -> str:
+        """A link to step `step`: on this page its anchor, else its page's."""
+        if self.start <= step < self.stop:
+            return f"#step-{step}"
+        return f"?steps_from={step - step % STEPS_PER_PAGE}#step-{step}"
+
+
 def _mark(views: list[StepView], index: int | None, kind: str, text: str) -> None:
     if index is not None and 0 <= index < len(views):
         views[index].marks.append(StepMark(kind, text))
