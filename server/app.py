@@ -17,6 +17,8 @@ from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
+from litestar.types import Empty
+from litestar.utils.scope.state import ScopeState
 
 from faultfinder import __version__
 from faultfinder.attributors.auditor import Alarm
@@ -78,6 +80,23 @@ def unknown_run(request: Request[Any, Any, Any], exc: UnknownRunError) -> Respon
     return Response(
         {"status": 404, "title": "Not Found", "detail": str(exc)},
         status_code=problem.status_code,
+        media_type="application/problem+json",
+    )
+
+
+def nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    """A JSON body nested deeper than the decoder recurses (`[[[[…]]]]`, 10^3 levels and
+    more) is the client's error: 400. A recursion anywhere else stays a server error."""
+    if ScopeState.from_scope(request.scope).json is not Empty:
+        log.error("recursion error answering %s %s", request.method, request.url.path)
+        return Response(
+            {"status": 500, "title": "Internal Server Error"},
+            status_code=500,
+            media_type="application/problem+json",
+        )
+    return Response(
+        {"status": 400, "title": "Bad Request", "detail": "the JSON body is nested too deeply"},
+        status_code=400,
         media_type="application/problem+json",
     )
 
@@ -236,7 +255,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         middleware=[DashboardGate],
         plugins=[ProblemDetailsPlugin(ProblemDetailsConfig(enable_for_all_http_exceptions=True))],
         # Services raise the store's UnknownRunError; it is a 404 everywhere, mapped once.
-        exception_handlers={UnknownRunError: unknown_run},
+        exception_handlers={UnknownRunError: unknown_run, RecursionError: nested_too_deeply},
         template_config=dashboard_templates(),
         logging_config=logging_config(),
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),

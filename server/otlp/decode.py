@@ -33,6 +33,8 @@ from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_request_json
 
 __all__ = [
     "DEFAULT_PROJECT",
+    "MAX_MESSAGE_BYTES",
+    "MAX_NAME_BYTES",
     "MAX_VALUE_BYTES",
     "MAX_VALUE_DEPTH",
     "NESTED_TOO_DEEP",
@@ -56,6 +58,11 @@ to this size and end with `…[truncated N bytes]`."""
 MAX_VALUE_DEPTH = 32
 """Array/kvlist levels kept inside one attribute value; a deeper level becomes
 `NESTED_TOO_DEEP`."""
+MAX_NAME_BYTES = 4096
+"""Longest span name, event name, attribute key, scope name and project kept whole (UTF-8
+bytes); longer ones are cut like values and counted with them."""
+MAX_MESSAGE_BYTES = 64 * 1024
+"""Longest span status message kept whole (a stack trace fits)."""
 NESTED_TOO_DEEP = "[nested too deep]"
 """What replaces an array or kvlist nested more than `MAX_VALUE_DEPTH` levels deep."""
 
@@ -96,11 +103,17 @@ class _ValueLimits:
     def text(self, value: str) -> str:
         if len(value) <= self.short_text:
             return value
+        return self.capped(value, self.max_bytes)
+
+    def capped(self, value: str, max_bytes: int) -> str:
+        """`value` cut to `max_bytes` UTF-8 bytes with a marker (and counted), if longer."""
+        if len(value) <= max_bytes // 4:
+            return value
         encoded = value.encode("utf-8", "surrogatepass")
-        if len(encoded) <= self.max_bytes:
+        if len(encoded) <= max_bytes:
             return value
         # Cutting inside a multi-byte character leaves a partial one; "ignore" drops it.
-        kept = encoded[: self.max_bytes].decode("utf-8", "ignore")
+        kept = encoded[:max_bytes].decode("utf-8", "ignore")
         self.truncated += 1
         dropped = len(encoded) - len(kept.encode("utf-8"))
         return f"{kept}…[truncated {dropped} bytes]"
@@ -229,7 +242,8 @@ def decode_request(
     converted: half a million tiny spans fit in a 16 MiB body.
 
     String and bytes attribute values longer than `max_value_bytes` are cut to that size
-    and marked `…[truncated N bytes]`; arrays and kvlists nested more than
+    and marked `…[truncated N bytes]`, names and keys likewise at `MAX_NAME_BYTES` and
+    status messages at `MAX_MESSAGE_BYTES`; arrays and kvlists nested more than
     `max_value_depth` levels deep become `NESTED_TOO_DEEP` from that level down.
     """
     header_project = project_header.strip() if project_header else ""
@@ -243,9 +257,11 @@ def decode_request(
                 raise TooManySpansError(count, max_spans)
         for resource_spans in msg.resource_spans:
             resource_attributes = _attributes(resource_spans.resource.attributes, limits)
-            project = header_project or _resource_project(resource_attributes)
+            project = limits.capped(
+                header_project or _resource_project(resource_attributes), MAX_NAME_BYTES
+            )
             for scope_spans in resource_spans.scope_spans:
-                scope_name = scope_spans.scope.name
+                scope_name = limits.capped(scope_spans.scope.name, MAX_NAME_BYTES)
                 for span in scope_spans.spans:
                     problem = _invalid_span(span)
                     if problem is not None:
@@ -322,15 +338,19 @@ def _span_record(
         trace_id=span.trace_id.hex(),
         span_id=span.span_id.hex(),
         parent_span_id=parent,
-        name=span.name,
+        name=limits.capped(span.name, MAX_NAME_BYTES),
         start_time_unix_nano=span.start_time_unix_nano,
         end_time_unix_nano=span.end_time_unix_nano,
         kind=int(span.kind),
         status_code=status,
-        status_message=span_status.message,
+        status_message=limits.capped(span_status.message, MAX_MESSAGE_BYTES),
         attributes=_attributes(span.attributes, limits),
         events=tuple(
-            SpanEvent(event.name, event.time_unix_nano, _attributes(event.attributes, limits))
+            SpanEvent(
+                limits.capped(event.name, MAX_NAME_BYTES),
+                event.time_unix_nano,
+                _attributes(event.attributes, limits),
+            )
             for event in span.events
         )
         if span.events
@@ -346,14 +366,17 @@ def _attributes(pairs: Iterable[KeyValue], limits: _ValueLimits) -> dict[str, At
     attributes: dict[str, AttributeValue] = {}
     short = limits.short_text
     for pair in pairs:
+        key = pair.key
+        if len(key) > MAX_NAME_BYTES // 4:
+            key = limits.capped(key, MAX_NAME_BYTES)
         value = pair.value
         # Most attribute values are short strings: decoded here without the general
         # walk, which is the largest part of decoding a span.
         if value.WhichOneof("value") == "string_value":
             text = value.string_value
-            attributes[pair.key] = text if len(text) <= short else limits.text(text)
+            attributes[key] = text if len(text) <= short else limits.text(text)
         else:
-            attributes[pair.key] = _any_value(value, limits, 0)
+            attributes[key] = _any_value(value, limits, 0)
     return attributes
 
 
@@ -374,7 +397,7 @@ def _any_value(value: AnyValue, limits: _ValueLimits, depth: int) -> AttributeVa
         return [_any_value(item, limits, depth + 1) for item in value.array_value.values]
     if which == "kvlist_value":
         return {
-            pair.key: _any_value(pair.value, limits, depth + 1)
+            limits.capped(pair.key, MAX_NAME_BYTES): _any_value(pair.value, limits, depth + 1)
             for pair in value.kvlist_value.values
         }
     if which == "bytes_value":

@@ -615,3 +615,31 @@ def test_after_the_fuzzing_every_stored_run_is_served_and_ingest_works(
         if not cursor:
             break
     assert seen >= 2
+
+
+JSON_WRITES = (
+    "/api/attribute",
+    "/api/runs/known/outcome",
+    "/api/runs/known/labels",
+    "/api/runs/known/attributions",
+    "/v1/traces",
+)
+
+
+@pytest.mark.parametrize("levels", [100, 1_000, 100_000])
+@pytest.mark.parametrize("shape", ["list", "object", "value"])
+def test_deeply_nested_json_is_a_4xx_on_every_json_endpoint(
+    client: httpx.Client, run_id: str, levels: int, shape: str
+) -> None:
+    opened, closed = ("[", "]") if shape == "list" else ('{"a":', "}")
+    nested = opened * levels + "1" + closed * levels
+    body = nested if shape != "value" else '{"trajectory": ' + nested + ', "agent": ' + nested + "}"
+    for path in JSON_WRITES:
+        answer = client.post(
+            path.replace("known", run_id),
+            content=body.encode(),
+            headers={"content-type": "application/json"},
+        )
+        answered(answer)
+        if path != "/v1/traces":  # OTLP ignores unknown fields: `{"a": …}` is an empty export
+            assert 400 <= answer.status_code < 500, (path, answer.status_code)

@@ -457,6 +457,26 @@ def test_caps_apply_to_resource_event_and_array_values_too() -> None:
         assert batch.truncated_values == 3
 
 
+def test_names_keys_and_status_messages_are_capped_like_values() -> None:
+    long_name = "n" * (decode.MAX_NAME_BYTES + 100)
+    long_message = "s" * (decode.MAX_MESSAGE_BYTES + 50)
+    recorder = SpanRecorder({c.SERVICE_NAME: "svc", "k" * (decode.MAX_NAME_BYTES + 1): "v"})
+    span = recorder.tracer.start_span(long_name, start_time=T0, attributes={long_name: "value"})
+    span.add_event(long_name, {"message": "short"}, timestamp=T0 + 1)
+    span.set_status(Status(SdkStatusCode.ERROR, long_message))
+    span.end(end_time=T0 + MS)
+    for batch in _both_encodings(recorder):
+        (record,) = batch.spans
+        capped = "n" * decode.MAX_NAME_BYTES + "…[truncated 100 bytes]"
+        assert record.name == capped
+        assert record.events[0].name == capped
+        assert record.attributes == {capped: "value"}
+        assert record.status_message == "s" * decode.MAX_MESSAGE_BYTES + "…[truncated 50 bytes]"
+        assert "k" * decode.MAX_NAME_BYTES + "…[truncated 1 bytes]" in record.resource_attributes
+        assert batch.truncated_values == 5
+        assert record.resource_attributes[c.SERVICE_NAME] == "svc"  # short ones untouched
+
+
 def _nested(levels: int) -> AnyValue:
     # Mostly arrays: each kvlist level costs the protobuf parser one more nested message,
     # and it refuses bodies nested ~100 messages deep whatever we do afterwards.
