@@ -15,8 +15,11 @@ Everything here reads steps in order and depends only on the steps so far (prefi
 from __future__ import annotations
 
 import bisect
+import functools
 import json
+import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from faultfinder.attributors.model import Step, StepKind
@@ -70,39 +73,64 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= max(1e-4 * abs(a), 0.006)
 
 
-def _near(target: float, ordered: list[float], tolerance: float) -> bool:
-    """Whether some value of the sorted list `ordered` lies within `tolerance` of `target`."""
-    position = bisect.bisect_left(ordered, target - tolerance)
-    return position < len(ordered) and ordered[position] <= target + tolerance
+_ROUNDINGS = (2, 1, 0, -1, -2, -3, -4, -5, -6)
+
+
+def _unary(a: float) -> Iterator[float]:
+    """What one figure becomes by a rounding or a common unit conversion."""
+    for digits in _ROUNDINGS:
+        yield round(a, digits)
+    for factor in _CONVERSIONS:
+        yield a * factor
+        yield a / factor
+    yield a * 1.8 + 32
+    yield (a - 32) / 1.8
+
+
+@functools.lru_cache(maxsize=32)
+def _unary_sorted(pool: tuple[float, ...]) -> list[float]:
+    """Every `_unary` of `pool`, sorted: a pool is checked against many figures while it
+    stays the same, so its derivations are computed once."""
+    return sorted(derived for a in pool for derived in _unary(a))
 
 
 def derivable(value: float, pool: list[float]) -> bool:
     """Whether `value` follows from one or two of `pool` by one arithmetic step (a sum, a
     difference, a product, a ratio, a percentage or a percentage change), a rounding or
     a common unit conversion."""
-    for a in pool:
-        if any(_close(value, round(a, digits)) for digits in (2, 1, 0, -1, -2, -3, -4, -5, -6)):
-            return True
-        for factor in _CONVERSIONS:
-            if _close(value, a * factor) or _close(value, a / factor):
-                return True
-        if _close(value, a * 1.8 + 32) or _close(value, (a - 32) / 1.8):
-            return True
-    ordered = sorted(pool)
     loose = max(1e-4 * abs(value), 0.006)
+    if math.isfinite(value) and all(math.isfinite(a) for a in pool):
+        # `_close(value, x)` holds only for x within `loose` of value: look there alone.
+        unary = _unary_sorted(tuple(pool))
+        start = bisect.bisect_left(unary, value - loose)
+        stop = bisect.bisect_right(unary, value + loose)
+        if any(_close(value, derived) for derived in unary[start:stop]):
+            return True
+    elif any(_close(value, derived) for a in pool for derived in _unary(a)):
+        return True
+    ordered = sorted(pool)
+    # Is some value of `ordered` within a tolerance of b? (Written out: this loop runs
+    # for every figure a step states.)
+    size = len(ordered)
+    whole = value.is_integer()
+    find = bisect.bisect_left
     for a in pool:
         # value = a + b, a - b or b - a: b within the value's own tolerance (exact for
         # whole numbers, whose sums and differences are exact).
-        additive = 0.006 if value.is_integer() and a.is_integer() else loose
-        if any(_near(b, ordered, additive) for b in (value - a, a - value, value + a)):
-            return True
+        additive = 0.006 if whole and a.is_integer() else loose
+        for b in (value - a, a - value, value + a):
+            position = find(ordered, b - additive)
+            if position < size and ordered[position] <= b + additive:
+                return True
         if not a or not value:
             continue
         # value = a * b, a / b, b / a, 100 a / b or 100 (b - a) / a: b to the relative
         # precision the value is written to (1e-4, or its rounding to two decimals).
-        relative = 1e-4 if value.is_integer() else max(1e-4, 0.0051 / abs(value))
+        relative = 1e-4 if whole else max(1e-4, 0.0051 / abs(value))
         for b in (value / a, a / value, value * a, 100 * a / value, a * (1 + value / 100)):
-            if _near(b, ordered, max(relative * abs(b), 1e-9)):
+            tolerance = max(relative * abs(b), 1e-9)
+            position = find(ordered, b - tolerance)
+            if position < size and ordered[position] <= b + tolerance:
                 return True
     return False
 

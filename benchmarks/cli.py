@@ -1,4 +1,5 @@
-"""`faultfinder bench …`: score attributors, replay datasets as OTLP, load-test ingest."""
+"""`faultfinder bench …`: score attributors, replay datasets as OTLP, load-test ingest, run
+the nightly suite and read its history."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ def bench() -> None:
 
 
 def _register() -> None:
+    from faultfinder.benchmarks.attribution_latency import attribution_latency_command
     from faultfinder.benchmarks.chaos.command import chaos_command
     from faultfinder.benchmarks.ingest import ingest_command
     from faultfinder.benchmarks.learning_curve import learning_curve_command
+    from faultfinder.benchmarks.nightly import history_group, nightly_command
     from faultfinder.benchmarks.replay import replay_command
     from faultfinder.benchmarks.run.command import run_command
     from faultfinder.benchmarks.transfer import transfer_command
@@ -24,6 +27,9 @@ def _register() -> None:
     bench.add_command(chaos_command)
     bench.add_command(learning_curve_command)
     bench.add_command(transfer_command)
+    bench.add_command(nightly_command)
+    bench.add_command(history_group)
+    bench.add_command(attribution_latency_command)
 
 
 _register()

@@ -58,7 +58,14 @@ from faultfinder.server.otlp.mapping import run_id_of
 from faultfinder.server.run_budget import RunSpanBudget
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, load_settings
-from faultfinder.server.store import AlarmStore, JobQueue, LabelStore, SpanStore, UnknownRunError
+from faultfinder.server.store import (
+    AlarmStore,
+    BenchHistory,
+    JobQueue,
+    LabelStore,
+    SpanStore,
+    UnknownRunError,
+)
 from faultfinder.server.sweeper import LifecycleSweeper
 from faultfinder.server.webhooks import WebhookSender
 
@@ -178,6 +185,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         sweeper = LifecycleSweeper(store, jobs, settings, events)
         app.state.update(
             alarms=alarms,
+            bench_history=BenchHistory(engine),
             store=store,
             jobs=jobs,
             writer=writer,
@@ -212,16 +220,17 @@ def create_app(settings: Settings | None = None) -> Litestar:
                         )
                     )
                 if settings.workers:
-                    await daemons.enter_async_context(
-                        AttributionWorker(
-                            attribution,
-                            jobs,
-                            concurrency=settings.workers,
-                            lease_s=settings.job_lease,
-                            auto_attributors=tuple(settings.attributors),
-                            on_attribution=announce,
-                        )
+                    worker = AttributionWorker(
+                        attribution,
+                        jobs,
+                        concurrency=settings.workers,
+                        lease_s=settings.job_lease,
+                        auto_attributors=tuple(settings.attributors),
+                        on_attribution=announce,
                     )
+                    # A failed run's jobs start when they are queued, not at the next poll.
+                    jobs.on_enqueue(worker.wake)
+                    await daemons.enter_async_context(worker)
                 # What start-up built (modules, routes, the engine) lives as long as the
                 # server. Frozen, it is no longer walked by every full collection, which
                 # halves those pauses under ingest (median 145-153 -> 51-76 ms; see

@@ -197,6 +197,21 @@ class AttributionWorker(Daemon):
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         """The name the worker claims jobs under (host, process, object)."""
         self.executed = 0
+        self._work = asyncio.Event()
+
+    def wake(self) -> None:
+        """Jobs were queued (`JobQueue.on_enqueue`): idle loops claim now, not at their
+        next poll. Jobs queued by other processes are still found by polling."""
+        self._work.set()
+
+    def stop_requested(self) -> None:
+        self._work.set()
+
+    async def _idle(self) -> None:
+        """Wait for `wake`, a stop, or the poll interval, whichever comes first."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._work.wait(), self._poll_interval)
+        self._work.clear()
 
     def loops(self) -> list[Coroutine[Any, Any, None]]:
         return [self._loop(slot) for slot in range(self._concurrency)]
@@ -216,7 +231,7 @@ class AttributionWorker(Daemon):
                 log_round_failure(log, "claiming a job", error)
                 job = None
             if job is None:
-                await self.pause(self._poll_interval)
+                await self._idle()
                 continue
             await self._execute(job)
 

@@ -11,7 +11,7 @@ its last error; nothing is dropped silently.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +82,16 @@ class JobQueue:
         self._backoff_max_s = backoff_max_s
         self._postgres = engine.dialect.name == "postgresql"
         self._insert: Any = insert_for(engine)
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_enqueue(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after each commit that queued jobs through this queue, so a
+        worker in this process starts them at once instead of at its next poll."""
+        self._listeners.append(listener)
+
+    def _queued(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def _new_job(
         self,
@@ -114,6 +124,7 @@ class JobQueue:
         )
         async with self._engine.begin() as conn:
             row = (await conn.execute(JOBS.insert().values(values).returning(*JOBS.c))).one()
+        self._queued()
         return Job.from_row(row)
 
     async def enqueue_for_failed_runs(self, attributors: Sequence[str], *, limit: int = 500) -> int:
@@ -141,8 +152,10 @@ class JobQueue:
                 for name in attributors
             ]
             statement = self._insert(JOBS).on_conflict_do_nothing().returning(JOBS.c.id)
-            inserted = await conn.execute(statement, rows)
-            return len(inserted.all())
+            queued = len((await conn.execute(statement, rows)).all())
+        if queued:
+            self._queued()
+        return queued
 
     async def claim(self, worker: str, *, lease_s: float) -> Job | None:
         """Take the oldest due queued job, leased to `worker`; None when there is none."""
