@@ -3,6 +3,7 @@ subset, model endpoint or local model server), shows progress and prints the sum
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -237,7 +238,7 @@ def _check_attributor(ctx: click.Context, param: click.Parameter, value: str) ->
 @click.option(
     "--learned-model", type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="The learned attributor's model file (from `faultfinder train`) instead of the"
-    " packaged one.",
+    " packaged one; with --prefilter, the model whose top steps are the hints.",
 )  # fmt: skip
 @click.option(
     "--prefilter", "prefilter_top_k", type=click.IntRange(min=1),
@@ -301,7 +302,9 @@ def run_command(
     prefilter_cv = prefilter_folds(attributor, dataset, prefilter_top_k, prefilter_cv)
     root = resolve_datasets_dir(datasets_dir)
     records, selection = load_records(dataset, root, limit, records_file, fraction, subset_seed)
-    _check_training_options(attributor, cv_folds, group_by, train_also, learned_model)
+    _check_training_options(
+        attributor, cv_folds, group_by, train_also, learned_model, prefilter_top_k
+    )
     if cv_folds is not None:
         _cross_validate(
             records,
@@ -331,8 +334,17 @@ def run_command(
         use_ground_truth=with_ground_truth,
         console=stderr,
     )
-    if learned_model is not None:
+    if learned_model is not None and attributor == "learned":
         config["model_path"] = str(learned_model)
+    elif learned_model is not None and prefilter is not None:
+        if prefilter_cv is not None:
+            raise click.UsageError("--learned-model and --prefilter-cv name two hint models")
+        from faultfinder.attributors.learned import StepModel
+
+        hints = StepModel.load(learned_model)
+        training = {**hints.training, "prefilter_source": f"model file {learned_model}"}
+        config["prefilter_model"] = dataclasses.replace(hints, training=training)
+        prefilter["model_file"] = str(learned_model)
 
     # One request at a time per record keeps a single local server from thrashing.
     given_model.setdefault("concurrency", concurrency)
@@ -380,13 +392,19 @@ def _check_training_options(
     group_by: str,
     train_also: str | None,
     learned_model: Path | None,
+    prefilter_top_k: int | None,
 ) -> None:
     """The cross-validation options only with --cv; a model file only for the learned
-    attributor scored as it is."""
+    attributor scored as it is, or for the pre-filter's hints."""
     if (group_by != "task" or train_also) and cv_folds is None:
         raise click.UsageError("--group-by and --train-also apply to --cv")
-    if learned_model is not None and (attributor != "learned" or cv_folds is not None):
-        raise click.UsageError("--learned-model applies to the learned attributor without --cv")
+    if learned_model is not None and (
+        (attributor != "learned" and prefilter_top_k is None) or cv_folds is not None
+    ):
+        raise click.UsageError(
+            "--learned-model applies to the learned attributor without --cv, or to the hints"
+            " of --prefilter"
+        )
 
 
 def _cross_validate(

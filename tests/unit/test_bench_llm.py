@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from faultfinder.attributors.learned.step_model import default_model
 from faultfinder.attributors.learned.training import ModelConfig, record_folds, task_key
 from faultfinder.benchmarks.datasets import (
     BenchmarkRecord,
@@ -349,3 +350,35 @@ def test_fold_models_never_saw_the_records_they_hint_about(
     stranger = ag_records[0].trajectory.model_copy(update={"run_id": "elsewhere/1"})
     with pytest.raises(ValueError, match="no out-of-fold pre-filter model"):
         folds(stranger)
+
+
+def test_prefilter_hints_can_come_from_a_model_file_on_any_dataset(tmp_path: Path) -> None:
+    # The packaged model was trained on the injected corpus: an honest LLM run on it takes
+    # its hints from a model that never saw it, given as a file.
+    corpus = Path(__file__).resolve().parents[2] / "benchmarks/corpus/injected/pydantic-ai.jsonl"
+    first = json.loads(corpus.read_text(encoding="utf-8").splitlines()[0])
+    listing = tmp_path / "records.txt"
+    listing.write_text(first["id"] + "\n", encoding="utf-8")
+    model = tmp_path / "hints.json"
+    default_model().save(model)
+    stub = StubLLM([answer({"agent": first["label"]["agent"], "step": 0, "reason": "s"})])
+    with stub.running():
+        result = CliRunner().invoke(
+            main,
+            ["bench", "run", "--dataset", str(corpus), "--records", str(listing),
+             "--attributor", "all_at_once", "--base-url", stub.base_url, "--concurrency", "1",
+             "--prefilter", "2", "--learned-model", str(model), "--out", str(tmp_path / "out"),
+             "--json"],
+        )  # fmt: skip
+    summary = summary_of(result)
+    assert summary["settings"]["prefilter"]["model_file"] == str(model)
+    (line,) = read_results(tmp_path / "out" / RESULTS_FILE)
+    assert line["attribution"]["details"]["prefilter"]["model"] == f"model file {model}"
+    assert "Hint:" in stub.completions[0]["messages"][-1]["content"]
+    # Without --prefilter a model file means nothing to an LLM method: refused.
+    refused = CliRunner().invoke(
+        main,
+        ["bench", "run", "--dataset", str(corpus), "--attributor", "all_at_once",
+         "--base-url", stub.base_url, "--learned-model", str(model)],
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "--learned-model applies" in refused.output
