@@ -2,7 +2,9 @@
 
 Exact scoring follows ATTRIBUTORS.md (normalised agent match, 0-based step match, ±k
 tolerance); the original Who&When `evaluate.py` substring rule is kept apart as
-"official-script" numbers. Pure functions: no I/O.
+"official-script" numbers. An accuracy's uncertainty is its Wilson score interval, and
+whether two scorings of the same records differ beyond noise is an exact McNemar test on
+the records only one of them got right. Pure functions: no I/O.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ __all__ = [
     "ScoredRecord",
     "SubsetScore",
     "aggregate",
+    "mcnemar_exact_p",
     "official_agent_match",
     "official_step_match",
     "random_expectation",
     "score_attribution",
     "spread",
+    "wilson_interval",
 ]
 
 DEFAULT_TOLERANCES: tuple[int, ...] = (1, 3, 5)
@@ -204,3 +208,41 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
     return {"mean": mean, "std": math.sqrt(var), "min": min(values), "max": max(values)}
+
+
+Z_95 = 1.959963984540054
+"""The standard normal quantile of a two-sided 95 % interval."""
+
+
+def wilson_interval(hits: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of an accuracy of `hits` out of `n` (95 % by default).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n hits,
+    which small benchmark subsets reach; (0, 1) for no records."""
+    if n <= 0:
+        return 0.0, 1.0
+    if not 0 <= hits <= n:
+        raise ValueError(f"hits must be between 0 and n ({n}), not {hits}")
+    share = hits / n
+    z2 = z * z
+    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar_exact_p(against: int, towards: int) -> float:
+    """One-sided exact McNemar test on paired right/wrong scores of the same records.
+
+    `against` records went from right to wrong, `towards` from wrong to right; records both
+    scorings got right (or both wrong) say nothing about the change. Returns the chance,
+    were the change only noise (each discordant record equally likely to go either way), of
+    at least `against` of the `against + towards` discordant records going against it:
+    P(X >= against) for X ~ Binomial(against + towards, 1/2). 1.0 with nothing discordant.
+    """
+    if against < 0 or towards < 0:
+        raise ValueError("record counts cannot be negative")
+    n = against + towards
+    if against == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(against, n + 1))
+    return min(1.0, float(tail / 2**n))

@@ -2,7 +2,8 @@
 
 Charts: accuracy beside the published Who&When baselines per subset, the distribution
 of step errors (predicted − gold step), and, when a model was called, accuracy by
-tokens spent. Every figure drawn is also printed as text in a table.
+tokens spent. Every figure drawn is also printed as text in a table. The nightly report
+draws its accuracy trends here too (`trend_chart`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from faultfinder.benchmarks.report import PUBLISHED_ROWS
+
+if TYPE_CHECKING:
+    from faultfinder.server.api.dashboard.trends import TrendChart
 
 __all__ = [
     "HTML_REPORT_FILE",
@@ -23,6 +27,7 @@ __all__ = [
     "render_html_report",
     "step_errors",
     "token_bins",
+    "trend_chart",
     "write_html_report",
 ]
 
@@ -311,6 +316,52 @@ def token_chart(groups: Sequence[TokenBin]) -> str:
         )
     body.append(_text(width / 2, height - 8, "mean tokens per record (log scale)", anchor="middle"))
     return _svg(width, height, "Accuracy by tokens spent", body)
+
+
+# --- nightly trends ---------------------------------------------------------------------
+
+REGRESSION_COLOUR = "#b3261e"
+
+
+def trend_chart(chart: TrendChart) -> str:
+    """Accuracy over the suite runs: a line per attributor, each point's 95 % interval as a
+    bar and the gate's regressions ringed red (the geometry of the dashboard's chart)."""
+    body: list[str] = []
+    for y, tick in chart.y_ticks:
+        body.append(
+            f'<line x1="{chart.left}" y1="{y:.1f}" x2="{chart.width - chart.right}" y2="{y:.1f}"'
+            ' stroke="#dde1e7"/>'
+        )
+        body.append(_text(chart.left - 6, y, f"{tick} %", anchor="end"))
+    for x, anchor, label in chart.x_labels:
+        body.append(_text(x, chart.height - 12, label, anchor=anchor))
+    for line in chart.lines:
+        if len(line.points) > 1:
+            body.append(
+                f'<polyline points="{line.path}" fill="none" stroke="{line.colour}"'
+                ' stroke-width="2"/>'
+            )
+        for point in line.points:
+            body.append(
+                f'<line x1="{point.x:.1f}" y1="{point.lo:.1f}" x2="{point.x:.1f}"'
+                f' y2="{point.hi:.1f}" stroke="{line.colour}" stroke-opacity="0.6"/>'
+            )
+            ring = (
+                f' r="6" stroke="{REGRESSION_COLOUR}" stroke-width="3" class="regression"'
+                if point.regression
+                else ' r="4"'
+            )
+            body.append(
+                f'<circle cx="{point.x:.1f}" cy="{point.y:.1f}"{ring} fill="{line.colour}">'
+                f"<title>{escape(point.title)}</title></circle>"
+            )
+    legend_y = chart.height + 6
+    x = float(chart.left)
+    for line in chart.lines:
+        body.append(_rect(x, legend_y - 8, 10, 10, line.colour, line.attributor))
+        body.append(_text(x + 14, legend_y - 3, line.attributor))
+        x += 24 + 7 * len(line.attributor)
+    return _svg(chart.width, chart.height + 14, chart.title, body)
 
 
 # --- the page ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Prometheus metrics at `GET /metrics`: ingest, runs, attribution jobs, latency, LLM cost, blame.
+"""Prometheus metrics at `GET /metrics`: ingest, runs, attribution jobs, latency, LLM cost,
+blame, and the nightly benchmark's latest scores.
 
 Counters count what happened in this process since it started (spans received,
-attributions made by its worker); gauges of runs and jobs are read from the database
-at scrape time, so every replica reports the same shared totals for those. Each app
+attributions made by its worker); gauges of runs, jobs and benchmark scores are read from
+the database at scrape time, so every replica reports the same shared totals for those. Each app
 has its own registry (several apps in one process do not collide).
 """
 
@@ -25,7 +26,7 @@ from prometheus_client.registry import Collector
 from faultfinder.attributors.model import Attribution, AttributionStatus
 from faultfinder.server.db.models import JobStatus, RunStatus
 from faultfinder.server.ingest import SpanWriter
-from faultfinder.server.store import JobQueue, SpanStore
+from faultfinder.server.store import BenchEntry, BenchHistory, JobQueue, SpanStore
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,12 @@ class DatabaseSnapshot:
     runs: dict[str, int] = field(default_factory=dict)
     jobs: dict[tuple[str, str], int] = field(default_factory=dict)
     """(attributor, status) → jobs."""
+    bench: list[BenchEntry] = field(default_factory=list)
+    """The newest nightly benchmark entry of every (dataset, attributor, settings)."""
+
+
+BENCH_METRICS = ("agent", "step", "agent_and_step", "step_pm1", "step_pm3", "step_pm5")
+"""The accuracies of a nightly entry exposed as `faultfinder_bench_accuracy{metric=…}`."""
 
 
 class LiveCollector(Collector):
@@ -153,6 +160,50 @@ class LiveCollector(Collector):
                     count = snapshot.jobs.get((attributor, job_status.value), 0)
                     jobs.add_metric([attributor, job_status.value], count)
         yield from (database_up, runs, jobs)
+        yield from _bench_families(snapshot.bench if snapshot.up else [])
+
+
+def _bench_families(entries: list[BenchEntry]) -> Iterator[Metric]:
+    """The latest nightly score of every (dataset, attributor, settings)."""
+    names = ["dataset", "attributor", "settings"]
+    accuracy = GaugeMetricFamily(
+        "faultfinder_bench_accuracy",
+        "Latest nightly benchmark accuracy (fraction of the entry's records), by metric.",
+        labels=[*names, "metric"],
+    )
+    bounds = GaugeMetricFamily(
+        "faultfinder_bench_accuracy_interval",
+        "The 95 % Wilson interval of that accuracy, by bound (lo, hi).",
+        labels=[*names, "metric", "bound"],
+    )
+    records = GaugeMetricFamily(
+        "faultfinder_bench_records", "Records the latest nightly entry scored.", labels=names
+    )
+    regression = GaugeMetricFamily(
+        "faultfinder_bench_regression",
+        "1 when the latest nightly entry failed the regression gate (worse beyond noise"
+        " than its last accepted entry).",
+        labels=names,
+    )
+    measured = GaugeMetricFamily(
+        "faultfinder_bench_timestamp_seconds",
+        "When the latest nightly entry was scored (Unix seconds).",
+        labels=names,
+    )
+    for entry in entries:
+        key = [entry.dataset, entry.attributor, entry.settings]
+        overall = entry.figures.get("overall") or {}
+        for metric in BENCH_METRICS:
+            figure = overall.get(metric)
+            if not isinstance(figure, dict):
+                continue
+            accuracy.add_metric([*key, metric], float(figure["value"]))
+            bounds.add_metric([*key, metric, "lo"], float(figure["lo"]))
+            bounds.add_metric([*key, metric, "hi"], float(figure["hi"]))
+        records.add_metric(key, entry.n_records)
+        regression.add_metric(key, 1 if entry.regression else 0)
+        measured.add_metric(key, entry.created_at / 1e9)
+    yield from (accuracy, bounds, records, regression, measured)
 
 
 class ServerMetrics:
@@ -230,12 +281,17 @@ class ServerMetrics:
         if ok and attribution.agent is not None:
             self.blame.labels(attribution.agent, method).inc()
 
-    async def refresh(self, store: SpanStore, jobs: JobQueue) -> None:
-        """Read run and job counts from the database for the next exposition."""
+    async def refresh(
+        self, store: SpanStore, jobs: JobQueue, bench: BenchHistory | None = None
+    ) -> None:
+        """Read run and job counts and the latest benchmark scores from the database for
+        the next exposition."""
         snapshot = DatabaseSnapshot()
         try:
             snapshot.runs = await store.runs_by_status()
             snapshot.jobs = await jobs.counts_by_attributor()
+            if bench is not None:
+                snapshot.bench = await bench.latest()
             snapshot.up = True
         except Exception:  # a scrape reports the database as down instead of failing
             log.exception("reading run and job counts for /metrics failed")

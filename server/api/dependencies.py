@@ -16,6 +16,7 @@ __all__ = ["DEPENDENCIES"]
 
 SERVICES = (
     "attribution",
+    "bench_history",
     "events",
     "ingest_inflight",
     "jobs",

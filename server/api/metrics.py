@@ -7,7 +7,7 @@ from litestar.di import NamedDependency
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from faultfinder.server.metrics import ServerMetrics
-from faultfinder.server.store import JobQueue, SpanStore
+from faultfinder.server.store import BenchHistory, JobQueue, SpanStore
 
 __all__ = ["MetricsController"]
 
@@ -26,6 +26,7 @@ class MetricsController(Controller):
         metrics: NamedDependency[ServerMetrics],
         store: NamedDependency[SpanStore],
         jobs: NamedDependency[JobQueue],
+        bench_history: NamedDependency[BenchHistory],
     ) -> Response[bytes]:
-        await metrics.refresh(store, jobs)
+        await metrics.refresh(store, jobs, bench_history)
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

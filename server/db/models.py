@@ -1,4 +1,5 @@
-"""The span store's tables (SQLModel `table=True`): spans, runs and attributions.
+"""The sidecar's tables (SQLModel `table=True`): spans, runs, attributions, jobs, labels,
+alarms, and the nightly benchmark's runs and history.
 
 The Alembic migrations in `server/db/migrations/` are the source of truth for the
 schema; these classes must match them (a test compares both on SQLite and PostgreSQL).
@@ -31,6 +32,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    UniqueConstraint,
     false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -304,3 +306,102 @@ class AlarmTable(SQLModel, table=True):
     created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     """Why the step: what set it apart from the steps seen so far (none before 0004)."""
+
+
+class BenchVerdict(StrEnum):
+    """The regression gate's verdict on one nightly benchmark entry (`bench_history.verdict`)."""
+
+    FIRST = "first"
+    """No earlier accepted entry of the same (dataset, attributor, settings) to compare with."""
+    PASS = "pass"
+    """No change beyond noise against the baseline on the records both scored."""
+    IMPROVED = "improved"
+    """Better beyond noise on some gated metric, worse beyond noise on none."""
+    REGRESSION = "regression"
+    """Worse beyond noise on some gated metric: the entry is not accepted as a baseline."""
+
+
+class BenchRunTable(SQLModel, table=True):
+    """One run of a nightly benchmark suite (`faultfinder bench nightly`): what it planned;
+    its entries are rows of `bench_history`. A run that has not finished can be resumed."""
+
+    __tablename__ = "bench_runs"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_bench_runs"),
+        # The newest unfinished run of a suite (resuming) and the newest runs (dashboard).
+        Index("ix_bench_runs_suite_started", "suite", "started_at"),
+    )
+
+    id: str = Field(sa_column=Column(String, primary_key=True))
+    """The suite run's id (chosen with `--run-id`, else a UTC time stamp and a random tail)."""
+    suite: str = Field(sa_column=Column(String, nullable=False))
+    """The suite's name."""
+    digest: str = Field(sa_column=Column(String(64), nullable=False))
+    """SHA-256 of the suite as parsed: a run is resumed only with the same suite."""
+    code_version: str = Field(sa_column=Column(String, nullable=False))
+    plan: list[dict[str, Any]] = Field(sa_column=Column(JSONColumn, nullable=False))
+    """Each planned entry: `{"entry", "skipped": reason or null}`."""
+    started_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    finished_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    """Null while entries are still to be run (interrupted, or running now)."""
+
+
+class BenchHistoryTable(SQLModel, table=True):
+    """One scored entry of a nightly run: a dataset, an attributor and its settings, with
+    the accuracy figures, every record's correctness and the regression gate's verdict."""
+
+    __tablename__ = "bench_history"
+    __table_args__ = (
+        PrimaryKeyConstraint("id", name="pk_bench_history"),
+        # A suite run stores each of its entries once, however often it is resumed.
+        UniqueConstraint("run_id", "entry", name="ux_bench_history_run_entry"),
+        # An entry's history in order: its baseline, its trend, its latest score.
+        Index("ix_bench_history_entry_id", "entry", "id"),
+    )
+
+    id: int | None = Field(default=None, sa_column=Column(Integer, primary_key=True))
+    run_id: str = Field(
+        sa_column=Column(
+            String,
+            ForeignKey("bench_runs.id", ondelete="CASCADE", name="fk_bench_history_run_id"),
+            nullable=False,
+        )
+    )
+    entry: str = Field(sa_column=Column(String, nullable=False))
+    """`dataset/attributor/settings`, the names the suite gives them: the key under which
+    entries of successive runs are compared."""
+    dataset: str = Field(sa_column=Column(String, nullable=False))
+    attributor: str = Field(sa_column=Column(String, nullable=False))
+    settings: str = Field(sa_column=Column(String, nullable=False))
+    method: str = Field(sa_column=Column(String, nullable=False))
+    """The registered attributor that answered (the suite may name it otherwise)."""
+    code_version: str = Field(sa_column=Column(String, nullable=False))
+    model: str | None = Field(default=None, sa_column=Column(String, nullable=True))
+    """The model of an LLM method (null for the others)."""
+    started_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    created_at: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """When the entry was scored and stored (Unix ns)."""
+    wall_time_s: float = Field(sa_column=Column(Float, nullable=False))
+    n_records: int = Field(sa_column=Column(Integer, nullable=False))
+    agent_accuracy: float = Field(sa_column=Column(Float, nullable=False))
+    step_accuracy: float = Field(sa_column=Column(Float, nullable=False))
+    llm_calls: int = Field(sa_column=Column(Integer, nullable=False))
+    prompt_tokens: int = Field(sa_column=Column(BigInteger, nullable=False))
+    completion_tokens: int = Field(sa_column=Column(BigInteger, nullable=False))
+    figures: dict[str, Any] = Field(sa_column=Column(JSONColumn, nullable=False))
+    """Per subset (and `overall`) and metric: `{"value", "hits", "n", "lo", "hi"}`, the
+    interval a 95 % Wilson score interval."""
+    records: list[dict[str, Any]] = Field(sa_column=Column(JSONColumn, nullable=False))
+    """Per record: id, fingerprint (id, gold label, step count), subset, the answer and
+    whether each metric got it right."""
+    definition: dict[str, Any] = Field(sa_column=Column(JSONColumn, nullable=False))
+    """The entry as the suite defined it (dataset spec and selection, attributor and its
+    configuration, settings, model settings without keys)."""
+    verdict: str = Field(sa_column=Column(String(16), nullable=False))
+    """A `BenchVerdict` value."""
+    accepted: bool = Field(sa_column=Column(Boolean, nullable=False))
+    """Whether later entries compare with this one (not a regression, or accepted by hand)."""
+    baseline_id: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    """The accepted entry the gate compared with (null for the first)."""
+    gate: dict[str, Any] | None = Field(default=None, sa_column=Column(JSONColumn, nullable=True))
+    """The comparison: per metric the records that went each way and the test's p-value."""

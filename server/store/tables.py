@@ -1,8 +1,9 @@
 """The tables this package owns, and what every statement on them shares.
 
 Only `faultfinder.server.store` runs SQL against these tables: the span store (spans,
-runs, attributions), the job queue (jobs), the label store (labels) and the alarm store
-(alarms). Everything else calls their methods.
+runs, attributions), the job queue (jobs), the label store (labels), the alarm store
+(alarms) and the benchmark history (bench_runs, bench_history). Everything else calls
+their methods.
 """
 
 from __future__ import annotations
@@ -17,13 +18,26 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faultfinder.server.db.models import (
     AlarmTable,
     AttributionTable,
+    BenchHistoryTable,
+    BenchRunTable,
     JobTable,
     LabelTable,
     RunTable,
     SpanTable,
 )
 
-__all__ = ["ALARMS", "ATTRIBUTIONS", "JOBS", "LABELS", "RUNS", "SPANS", "clean", "insert_for"]
+__all__ = [
+    "ALARMS",
+    "ATTRIBUTIONS",
+    "BENCH_HISTORY",
+    "BENCH_RUNS",
+    "JOBS",
+    "LABELS",
+    "RUNS",
+    "SPANS",
+    "clean",
+    "insert_for",
+]
 
 SPANS: Table = SpanTable.__table__  # type: ignore[attr-defined]
 RUNS: Table = RunTable.__table__  # type: ignore[attr-defined]
@@ -31,6 +45,8 @@ ATTRIBUTIONS: Table = AttributionTable.__table__  # type: ignore[attr-defined]
 JOBS: Table = JobTable.__table__  # type: ignore[attr-defined]
 LABELS: Table = LabelTable.__table__  # type: ignore[attr-defined]
 ALARMS: Table = AlarmTable.__table__  # type: ignore[attr-defined]
+BENCH_RUNS: Table = BenchRunTable.__table__  # type: ignore[attr-defined]
+BENCH_HISTORY: Table = BenchHistoryTable.__table__  # type: ignore[attr-defined]
 
 
 def insert_for(engine: AsyncEngine) -> Any:

@@ -1,10 +1,14 @@
 """The deployment files in deploy/ agree with the code: the Collector routes by trace id to
-every sidecar replica, and every faultfinder container runs a real subcommand with
-settings that faultfinder accepts."""
+every sidecar replica, every faultfinder container runs a real subcommand with settings
+that faultfinder accepts, and the nightly benchmark runs on a schedule (Kubernetes CronJob,
+a compose profile, a CI workflow) with a suite faultfinder reads."""
 
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +18,9 @@ import click
 import pytest
 import yaml
 
+from faultfinder.attributors.base import available_attributors
+from faultfinder.benchmarks.datasets import WHO_AND_WHEN
+from faultfinder.benchmarks.nightly import load_suite
 from faultfinder.cli import main
 from faultfinder.server.settings import Settings, SettingsError, load_settings
 
@@ -91,10 +98,12 @@ def parse_command(args: list[str]) -> tuple[str, dict[str, Any]]:
 
 
 def compose_containers() -> list[Container]:
+    """The long-running faultfinder services (those `up` starts); one-off jobs behind a
+    profile, the nightly benchmark, are checked with the schedules below."""
     services = compose()["services"]
     found = []
     for name, service in services.items():
-        if not str(service.get("image", "")).startswith("faultfinder"):
+        if not str(service.get("image", "")).startswith("faultfinder") or service.get("profiles"):
             continue
         env = {key: interpolated(value) for key, value in service.get("environment", {}).items()}
         found.append(Container(f"compose service {name}", list(service["command"]), env))
@@ -278,3 +287,206 @@ def test_the_command_parser_used_here_refuses_what_faultfinder_refuses() -> None
     with pytest.raises(click.NoSuchOption):
         parse_command(["serve", "--workers", "2"])
     assert parse_command(["db", "upgrade"])[0] == "db upgrade"
+
+
+# --- the nightly benchmark's schedules --------------------------------------------------
+
+CI_WORKFLOW = DEPLOY / "ci" / "github-nightly.yml"
+CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+"""minute, hour, day of month, month, day of week (0 and 7 are Sunday)."""
+_CRON_ITEM = re.compile(r"^(\*|(\d+)(?:-(\d+))?)(?:/(\d+))?$")
+
+
+def cron_problem(expression: str) -> str | None:
+    """Why `expression` is not a standard five-field cron schedule, or None."""
+    fields = expression.split()
+    if len(fields) != len(CRON_RANGES):
+        return f"{expression!r} has {len(fields)} fields, not 5"
+    for text, (low, high) in zip(fields, CRON_RANGES, strict=True):
+        for item in text.split(","):
+            match = _CRON_ITEM.match(item)
+            if match is None:
+                return f"{item!r} in {expression!r} is not *, N, N-M or one of them /S"
+            first, last, step = match.group(2), match.group(3), match.group(4)
+            values = [int(v) for v in (first, last) if v is not None]
+            if any(not low <= value <= high for value in values) or (step and int(step) < 1):
+                return f"{item!r} in {expression!r} is outside {low}-{high}"
+            if len(values) == 2 and values[0] > values[1]:
+                return f"{item!r} in {expression!r} is an empty range"
+    return None
+
+
+def test_the_cron_check_used_here_refuses_what_cron_refuses() -> None:
+    assert cron_problem("30 2 * * *") is None and cron_problem("*/15 0-6 1,15 * 1-5") is None
+    for bad in ("30 2 * *", "61 2 * * *", "30 24 * * *", "0 0 0 * *", "0 5-2 * * *", "@daily"):
+        assert cron_problem(bad) is not None, bad
+
+
+def nightly_variables() -> set[str]:
+    """The environment variables `faultfinder bench nightly` reads: its options' and the
+    model client's (LLM entries)."""
+    command, _ = parse_command(["bench", "nightly"])
+    context = click.Context(main, info_name="faultfinder")
+    bench = main.get_command(context, "bench")
+    assert isinstance(bench, click.Group)
+    nightly = bench.get_command(context, "nightly")
+    assert nightly is not None and command == "bench nightly"
+    options = {str(p.envvar) for p in nightly.params if isinstance(p, click.Option) and p.envvar}
+    model = {"OPENAI_BASE_URL", "OPENAI_API_KEY"} | {
+        f"FAULTFINDER_LLM_{name.upper()}"
+        for name in ("base_url", "model", "max_tokens", "timeout", "token_budget")
+    }
+    return options | model
+
+
+@dataclass
+class Scheduled:
+    """A scheduled `faultfinder bench nightly` and where its suite comes from."""
+
+    where: str
+    args: list[str]
+    env: dict[str, str]
+    suite_file: Path
+    """The repository file that the container sees at its --suite path."""
+    writable: list[str]
+    """Mount points of writable volumes."""
+
+
+def k8s_cronjobs() -> list[dict[str, Any]]:
+    return [doc for doc in k8s_documents() if doc["kind"] == "CronJob"]
+
+
+def scheduled_nightlies() -> list[Scheduled]:
+    found = []
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    generated = {g["name"]: g["files"] for g in kustomization.get("configMapGenerator", [])}
+    secrets = {
+        doc["metadata"]["name"]: doc.get("stringData", {})
+        for doc in k8s_documents()
+        if doc["kind"] == "Secret"
+    }
+    for job in k8s_cronjobs():
+        pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        for container in pod["containers"]:
+            env = {item["name"]: str(item["value"]) for item in container.get("env", [])}
+            for source in container.get("envFrom", []):
+                env.update(secrets[source["secretRef"]["name"]])
+            suite_path = Path(parse_command(container["args"])[1]["suite_path"])
+            (mount,) = [
+                m for m in container["volumeMounts"] if suite_path.parent == Path(m["mountPath"])
+            ]
+            config_map = volumes[mount["name"]]["configMap"]["name"]
+            assert config_map in generated, f"no configMapGenerator {config_map!r}"
+            (source_file,) = [f for f in generated[config_map] if Path(f).name == suite_path.name]
+            writable = [
+                m["mountPath"]
+                for m in container["volumeMounts"]
+                if not m.get("readOnly") and "emptyDir" in volumes[m["name"]]
+            ]
+            found.append(
+                Scheduled(f"CronJob {job['metadata']['name']}", container["args"], env,
+                          K8S / source_file, writable)
+            )  # fmt: skip
+    for name, service in compose()["services"].items():
+        if not service.get("profiles"):
+            continue
+        suite_path = parse_command(list(service["command"]))[1]["suite_path"]
+        mounts = [volume.split(":") for volume in service["volumes"]]
+        (source,) = [m[0] for m in mounts if m[1] == str(suite_path)]
+        env = {key: interpolated(value) for key, value in service["environment"].items()}
+        writable = [m[1] for m in mounts if len(m) == 2 and m[0] in compose()["volumes"]]
+        found.append(
+            Scheduled(f"compose service {name}", list(service["command"]), env,
+                      DEPLOY / source, writable)
+        )  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize("scheduled", scheduled_nightlies(), ids=lambda s: s.where)
+def test_scheduled_nightlies_run_a_suite_faultfinder_reads_into_the_sidecars_database(
+    scheduled: Scheduled,
+) -> None:
+    command, params = parse_command(scheduled.args)
+    assert command == "bench nightly"
+    suite = load_suite(scheduled.suite_file)  # raises SuiteError naming what is wrong
+    unknown = {a.method for a in suite.attributors} - set(available_attributors())
+    assert not unknown, f"{scheduled.where}: unregistered attributors {unknown}"
+    assert any(d.database is True for d in suite.datasets), "the deployment's own labels"
+    # The history goes where the sidecars (and their dashboard and /metrics) read it.
+    assert scheduled.env["FAULTFINDER_DATABASE_URL"].startswith("postgresql+asyncpg://")
+    unknown_env = set(scheduled.env) - settings_variables() - nightly_variables()
+    assert not unknown_env, f"{scheduled.where}: not read by faultfinder: {sorted(unknown_env)}"
+    # Its working folder (resumable results, report.html) is on a writable volume.
+    assert any(str(params["out"]).startswith(path) for path in scheduled.writable)
+
+
+def test_the_k8s_cronjob_runs_nightly_once_at_a_time_and_does_not_retry_a_regression() -> None:
+    (job,) = k8s_cronjobs()
+    spec = job["spec"]
+    assert cron_problem(spec["schedule"]) is None
+    assert spec["concurrencyPolicy"] == "Forbid"  # two nights never write one run together
+    job_spec = spec["jobTemplate"]["spec"]
+    pod = job_spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
+    (container,) = pod["containers"]
+    # A regression (exit 1) or a usage error (2) fails the Job; an evicted pod is retried
+    # and continues the same suite run.
+    (rule,) = [r for r in job_spec["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert rule["onExitCodes"]["containerName"] == container["name"]
+    assert rule["onExitCodes"]["operator"] == "In" and {1, 2} <= set(rule["onExitCodes"]["values"])
+    assert job_spec["backoffLimit"] >= 1
+    assert container["image"].startswith("faultfinder:") and "command" not in container
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize)")
+def test_kustomize_renders_the_cronjob_with_the_generated_suite() -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True
+    ).stdout
+    documents = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    suites = [
+        d for d in documents if d["kind"] == "ConfigMap" and "nightly-suite.toml" in d["data"]
+    ]
+    (config_map,) = suites
+    (job,) = [d for d in documents if d["kind"] == "CronJob"]
+    volumes = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]
+    names = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+    assert names == [config_map["metadata"]["name"]]  # the hashed name, rewritten
+    assert config_map["data"]["nightly-suite.toml"] == (K8S / "nightly-suite.toml").read_text()
+
+
+def test_the_compose_nightly_is_a_one_off_job_behind_a_profile() -> None:
+    services = compose()["services"]
+    (name,) = [n for n, s in services.items() if "nightly" in s.get("profiles", [])]
+    service = services[name]
+    assert service["restart"] == "no"  # a job, not a daemon: `up` does not start it
+    assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_the_ci_workflow_runs_the_repository_suite_every_night() -> None:
+    workflow = yaml.safe_load(CI_WORKFLOW.read_text())
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads `on` as true
+    (schedule,) = triggers["schedule"]
+    assert cron_problem(schedule["cron"]) is None
+    assert "workflow_dispatch" in triggers
+    assert workflow["concurrency"]["cancel-in-progress"] is False
+    (job,) = workflow["jobs"].values()
+    steps = job["steps"]
+    runs = [step["run"] for step in steps if "run" in step]
+    (nightly,) = [run for run in runs if run.startswith("faultfinder bench nightly")]
+    args = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "X", nightly))[1:]
+    command, params = parse_command(args)
+    assert command == "bench nightly"
+    load_suite(ROOT / params["suite_path"])
+    assert "github.run_id" in nightly  # a re-run of the job continues the same suite run
+    env = job["env"]
+    assert "secrets.FAULTFINDER_DATABASE_URL" in env["FAULTFINDER_DATABASE_URL"]
+    unknown = set(env) - settings_variables() - nightly_variables()
+    assert not unknown, f"not read by faultfinder: {sorted(unknown)}"
+    # Who&When is laid out where FAULTFINDER_DATASETS_DIR says.
+    datasets = env["FAULTFINDER_DATASETS_DIR"].rsplit("/", 1)[-1]
+    assert any(f"{datasets}/{WHO_AND_WHEN}" in run for run in runs)
+    (upload,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert upload["if"] == "always()"
+    assert Path(upload["with"]["path"]) == Path(params["out"])

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from faultfinder.attributors.model import Attribution
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.metrics import DatabaseSnapshot, ServerMetrics
+from faultfinder.server.store import BenchEntry
 
 DASHBOARD = files("faultfinder.dashboards") / "grafana" / "faultfinder.json"
 METRIC_NAME = re.compile(r"\bfaultfinder_[a-zA-Z0-9_]+")
@@ -22,6 +23,19 @@ SUFFIXES = {
     "histogram": ("_bucket", "_count", "_sum", "_created"),
     "gauge": ("",),
 }
+
+
+def nightly_entry() -> BenchEntry:
+    """One nightly benchmark entry, as `faultfinder bench nightly` stores it."""
+    figure = {"value": 0.5, "hits": 6, "n": 12, "lo": 0.25, "hi": 0.75}
+    return BenchEntry(
+        run_id="night", entry="ww/learned/default", dataset="ww", attributor="learned",
+        settings="default", method="learned", code_version="v1", model=None, started_at=0,
+        created_at=10**18, wall_time_s=1.0, n_records=12, agent_accuracy=0.5,
+        step_accuracy=0.5, llm_calls=0, prompt_tokens=0, completion_tokens=0,
+        figures={"overall": {"agent": figure, "step": figure}}, verdict="regression",
+        accepted=False,
+    )  # fmt: skip
 
 
 async def _never_called(spans: Any) -> int:
@@ -38,7 +52,7 @@ def exposed() -> dict[str, set[str]]:
     writer.counters.reject_request("undecodable")
     metrics.attach(writer, queue_capacity=10)
     metrics.live.snapshot = DatabaseSnapshot(
-        up=True, runs={"failed": 1}, jobs={("all_at_once", "done"): 1}
+        up=True, runs={"failed": 1}, jobs={("all_at_once", "done"): 1}, bench=[nightly_entry()]
     )
     metrics.observe_attribution(
         Attribution(

@@ -1,4 +1,5 @@
-"""The dashboard: runs list, run page, overview and their live updates (server-sent events).
+"""The dashboard: runs list, run page, overview, the nightly benchmark's trends, and their
+live updates (server-sent events).
 
 Pages are rendered on the server by Jinja with autoescaping on; the browser script
 only swaps in freshly rendered regions when an event arrives and posts forms to the

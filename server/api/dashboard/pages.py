@@ -1,5 +1,5 @@
-"""The dashboard's pages (runs list, run page, overview, login) and their live updates
-(server-sent events)."""
+"""The dashboard's pages (runs list, run page, overview, nightly benchmark, login) and their
+live updates (server-sent events)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from faultfinder.server.api.dashboard.gate import (
     LOGIN_CONTENT_SECURITY_POLICY,
     cookie_key,
 )
+from faultfinder.server.api.dashboard.trends import nightly_rows, trend_charts
 from faultfinder.server.api.dashboard.views import (
     RunRowView,
     StepWindow,
@@ -43,7 +44,7 @@ from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.events import RESET, EventBus
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings
-from faultfinder.server.store import InvalidCursorError, SpanStore, UnknownRunError
+from faultfinder.server.store import BenchHistory, InvalidCursorError, SpanStore, UnknownRunError
 
 STREAM_LIFETIME_S = 15.0
 """An event stream ends after this long and the browser reconnects (resuming from its
@@ -56,6 +57,12 @@ WINDOWS: dict[str, tuple[int, int]] = {
     "30d": (30 * 86400, 86400),
 }
 """Overview time windows: (window seconds, bucket seconds)."""
+NIGHTLY_WINDOWS: dict[str, int | None] = {"30d": 30, "90d": 90, "365d": 365, "all": None}
+"""Nightly page windows: days of benchmark history drawn (None: all of it)."""
+NIGHTLY_ENTRIES = 5000
+"""History entries the nightly page reads at most (the newest)."""
+NIGHTLY_REGRESSIONS = 20
+"""Regressions the nightly page lists (the newest)."""
 
 
 def _blank(value: str | None) -> str | None:
@@ -252,6 +259,46 @@ class DashboardController(Controller):
                 agreement=attributor_agreement(answers),
                 blame=blame_chart(stats.blame_by_agent),
                 over_time=blame_over_time_chart(stats, window_s, time.time()),
+            ),
+        )
+
+    @get("/ui/nightly")
+    async def nightly_page(
+        self,
+        request: Request[Any, Any, State],
+        bench_history: NamedDependency[BenchHistory],
+        window: FromQuery[str] = "90d",
+    ) -> Template:
+        """The nightly benchmark: the latest suite run, regressions the gate flagged, and
+        accuracy over time per attributor and dataset."""
+        window = window if window in NIGHTLY_WINDOWS else "90d"
+        days = NIGHTLY_WINDOWS[window]
+        since = None if days is None else time.time_ns() - days * 86400 * 10**9
+        entries = await bench_history.history(since_ns=since, limit=NIGHTLY_ENTRIES)
+        latest_runs = await bench_history.recent_runs(limit=1)
+        latest_run = latest_runs[0] if latest_runs else None
+        latest = (
+            await bench_history.run_entries(latest_run.id, with_records=False)
+            if latest_run is not None
+            else []
+        )
+        regressions = [entry for entry in reversed(entries) if entry.regression]
+        return Template(
+            template_name="nightly.html",
+            context=_context(
+                request,
+                "nightly",
+                window=window,
+                windows=list(NIGHTLY_WINDOWS),
+                latest_run=latest_run,
+                latest=nightly_rows(latest),
+                skipped=[
+                    item for item in (latest_run.plan if latest_run else []) if item.get("skipped")
+                ],
+                regressions=nightly_rows(regressions[:NIGHTLY_REGRESSIONS]),
+                regressions_total=len(regressions),
+                charts=trend_charts(entries),
+                entries=len(entries),
             ),
         )
 
