@@ -48,11 +48,15 @@ class SidecarProcess:
         *,
         env: Mapping[str, str] | None = None,
         port: int | None = None,
+        grpc_port: int | None = None,
         ready_timeout: float = 120.0,
     ) -> None:
+        """`grpc_port`: serve OTLP/gRPC there too (default: HTTP only)."""
         self.database_url = database_url
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_port = grpc_port
+        self.grpc_target = f"127.0.0.1:{grpc_port}" if grpc_port else None
         self.log_path = log_dir / f"sidecar-{self.port}.log"
         self._env = dict(env or {})
         self._ready_timeout = ready_timeout
@@ -75,8 +79,9 @@ class SidecarProcess:
         with self.log_path.open("ab") as log_file:
             log_file.write(f"\n--- start {self.starts + 1} ---\n".encode())
             log_file.flush()
+            grpc = ["--grpc-port", str(self.grpc_port)] if self.grpc_port else ["--no-grpc"]
             self.process = subprocess.Popen(
-                [*faultfinder_command(), "serve", "--port", str(self.port), "--no-grpc"],
+                [*faultfinder_command(), "serve", "--port", str(self.port), *grpc],
                 env=environment,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

@@ -44,6 +44,10 @@ FAIL_FAST_AFTER = 2.0
 (shorter trouble, a lock held for a moment, only delays them)."""
 
 
+_FAILING_CHECK_INTERVAL = 0.25
+"""Seconds between a waiting request's looks at whether writes have been failing."""
+
+
 STOP_GRACE = 10.0
 """Seconds a stopping writer keeps retrying writes the database refuses before it gives
 up on the spans still queued (never acknowledged: their requests got 503)."""
@@ -263,16 +267,36 @@ class SpanWriter(Daemon):
         self._pending.append(item)
         self._queued_spans += len(spans)
         self._wakeup.set()
-        try:
-            stored = await asyncio.wait_for(asyncio.shield(item.done), self._ack_timeout)
-        except TimeoutError:
-            raise IngestUnavailableError(
-                f"spans not stored within {self._ack_timeout:g}s; they remain queued"
-            ) from None
+        stored = await self._acknowledgement(item)
         if not full.refused:
             return stored
         message = "; ".join(part for part in (*full.messages, stored.error_message) if part)
         return Stored(stored.rejected + full.refused, message)
+
+    async def _acknowledgement(self, item: _Pending) -> Stored:
+        """Wait until `item` is stored. IngestUnavailableError after the ack timeout, or
+        once writes have been failing for `FAIL_FAST_AFTER` seconds: a request queued just
+        before the database stopped taking writes (read-only, full) hears 503 then, like
+        the requests after it, not after the whole ack timeout. Its spans stay queued
+        either way and are stored once the database takes writes again."""
+        deadline = time.monotonic() + self._ack_timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise IngestUnavailableError(
+                    f"spans not stored within {self._ack_timeout:g}s; they remain queued"
+                )
+            try:
+                return await asyncio.wait_for(
+                    asyncio.shield(item.done), min(left, _FAILING_CHECK_INTERVAL)
+                )
+            except TimeoutError:
+                failing = self._failing
+                if failing is not None and time.monotonic() - failing[0] >= FAIL_FAST_AFTER:
+                    raise IngestUnavailableError(
+                        f"the database is not taking writes ({self.failing}); "
+                        "the spans remain queued"
+                    ) from None
 
     def _take_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []

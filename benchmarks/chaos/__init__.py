@@ -1,12 +1,21 @@
 """`faultfinder bench chaos`: SIGKILL a sidecar under sustained ingest and count what survived,
-and drive ingest past its capacity to check that it sheds load without losing spans.
+drive ingest past its capacity to check that it sheds load without losing spans, and
+re-run the hostile probes of issue 28.
 
 `traffic` makes the load, `sending` sends it as an exporter would, `kills` and `overload`
-are the two drills, `stored_state` reads what the database holds afterwards and `command`
-is the click command.
+are two drills, `hostile` runs the eight hostile ones (`hostile_runs`, `hostile_database`,
+`hostile_uploads`, `hostile_requests`, with `hostile_bodies` and `hostile_probes`),
+`stored_state` reads what the database holds afterwards and `command` is the click command.
 """
 
 from faultfinder.benchmarks.chaos.command import chaos_command, run_fuzz_suite
+from faultfinder.benchmarks.chaos.hostile import (
+    FULL,
+    QUICK,
+    Finding,
+    HostileScale,
+    run_hostile,
+)
 from faultfinder.benchmarks.chaos.kills import (
     KillChaosOutcome,
     KillDrill,
@@ -25,8 +34,12 @@ from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic
 from faultfinder.benchmarks.sidecar import SidecarProcess
 
 __all__ = [
+    "FULL",
+    "QUICK",
     "ChaosRequest",
     "ChaosTraffic",
+    "Finding",
+    "HostileScale",
     "KillChaosOutcome",
     "KillDrill",
     "KillReport",
@@ -39,6 +52,7 @@ __all__ = [
     "measure_capacity",
     "read_stored_state",
     "run_fuzz_suite",
+    "run_hostile",
     "run_kill_chaos",
     "run_overload",
 ]

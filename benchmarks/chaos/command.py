@@ -1,5 +1,5 @@
-"""`faultfinder bench chaos`: the command that runs the kill and overload drills (and the
-fuzz suite) on one or more databases and prints their figures."""
+"""`faultfinder bench chaos`: the command that runs the kill, overload and hostile drills
+(and the fuzz suite) on one or more databases and prints their figures."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
+from faultfinder.benchmarks.chaos.hostile import (
+    FULL,
+    QUICK,
+    Finding,
+    finding_lines,
+    parse_items,
+    run_hostile,
+)
 from faultfinder.benchmarks.chaos.kills import KillDrill, KillReport, run_kill_chaos
 from faultfinder.benchmarks.chaos.overload import OverloadDrill, OverloadReport, run_overload
 from faultfinder.benchmarks.chaos.stored_state import redacted, stored_span_count
@@ -94,6 +102,18 @@ def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
     default=None,
     help="Run the fuzz suite (tests/integration/test_fuzz.py) with this many cases per target.",
 )
+@click.option(
+    "--hostile",
+    "hostile_items",
+    default=None,
+    metavar="ITEMS",
+    help="Re-run the probes of issue 28 against real sidecars: 'all' or item numbers (e.g. 1,3,6).",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="With --hostile: smaller sizes, lower limits and shorter timeouts (for tests).",
+)
 @click.option("--seed", type=int, default=None, help="Seed for the kill moments.")
 @click.option(
     "--workdir",
@@ -102,6 +122,12 @@ def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
     help="Where logs and the default SQLite file go (default: a temporary directory).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option(
+    "--json-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the figures as JSON to this file.",
+)
 def chaos_command(
     database_urls: tuple[str, ...],
     kills: int,
@@ -113,9 +139,12 @@ def chaos_command(
     plugins: str | None,
     aim_at_jobs: float,
     fuzz: int | None,
+    hostile_items: str | None,
+    quick: bool,
     seed: int | None,
     workdir: Path | None,
     as_json: bool,
+    json_out: Path | None,
 ) -> None:
     """Kill the sidecar under load and overload it; count what was acknowledged and stored.
 
@@ -124,9 +153,19 @@ def chaos_command(
     attribution job finish exactly once. --overload F: offer F × the measured capacity;
     ingest must shed load with 503 + Retry-After, keep answering queries and lose nothing.
     --fuzz N: the hypothesis fuzz suite with N cases per target (needs a source checkout).
+    --hostile ITEMS: the eight probes of issue 28 (1 memory, 2 read-only database, 3 chunked
+    uploads, 4 slow senders, 5 CSRF, 6 large runs, 7 readiness and a full disk, 8 hostile
+    names), each on a fresh database and sidecar (on PostgreSQL, a scratch database created
+    beside the one named and dropped afterwards).
     """
-    if not kills and overload_factor is None and fuzz is None:
-        raise click.UsageError("nothing to do: give --kills N, --overload FACTOR or --fuzz N")
+    if not kills and overload_factor is None and fuzz is None and hostile_items is None:
+        raise click.UsageError(
+            "nothing to do: give --kills N, --overload FACTOR, --fuzz N or --hostile ITEMS"
+        )
+    try:
+        items = parse_items(hostile_items) if hostile_items is not None else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--hostile") from None
     console = Console(stderr=True)
     base = workdir or Path(tempfile.mkdtemp(prefix="faultfinder-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -160,10 +199,16 @@ def chaos_command(
             workdir_overload = _subfolder(base, f"overload-{number}")
             report = _overload_drill(url, workdir_overload, env, overload_drill, console)
             ok &= _record(results, "overload", "overload", url, report, as_json)
+    if items:
+        findings = _hostile(items, urls, base, quick=quick, as_json=as_json, console=console)
+        results.extend({"scenario": "hostile", **finding.as_dict()} for finding in findings)
+        ok &= all(finding.holds is not False for finding in findings)
     if fuzz is not None:
         ok &= run_fuzz_suite(fuzz) == 0
     if as_json:
         click.echo(json.dumps(results, indent=2, default=str))
+    if json_out is not None:
+        json_out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     if not ok:
         sys.exit(1)
 
@@ -183,6 +228,39 @@ def _record(
         for line in _report_lines(report):
             click.echo(line)
     return report.ok
+
+
+def _hostile(
+    items: list[int],
+    urls: list[str],
+    base: Path,
+    *,
+    quick: bool,
+    as_json: bool,
+    console: Console,
+) -> list[Finding]:
+    """Run the hostile drills `items` on every database; print each finding as it comes
+    (unless the figures go out as JSON), then one line per item."""
+
+    def show(finding: Finding) -> None:
+        if not as_json:
+            for line in finding_lines(finding):
+                click.echo(line)
+
+    findings = run_hostile(
+        items,
+        urls,
+        base,
+        QUICK if quick else FULL,
+        lambda message: console.print(message, markup=False, highlight=False),
+        on_finding=show,
+    )
+    if not as_json:
+        click.echo("== hostile: summary")
+        for finding in findings:
+            verdict = {True: "holds", False: "DOES NOT HOLD", None: "not run"}[finding.holds]
+            click.echo(f"  item {finding.item} {finding.title:34} {finding.database:50} {verdict}")
+    return findings
 
 
 def _subfolder(base: Path, name: str) -> Path:

@@ -12,7 +12,13 @@ from sqlalchemy.engine import make_url
 from faultfinder.benchmarks.chaos.traffic import SpanKey
 from faultfinder.server.db.engine import create_engine
 
-__all__ = ["StoredState", "read_stored_state", "redacted", "stored_span_count"]
+__all__ = [
+    "StoredState",
+    "read_stored_state",
+    "redacted",
+    "run_span_count",
+    "stored_span_count",
+]
 
 
 @dataclass
@@ -83,3 +89,14 @@ async def stored_span_count(database_url: str) -> int:
 def redacted(database_url: str) -> str:
     """`database_url` with its password masked, for reports and messages."""
     return make_url(database_url).render_as_string(hide_password=True)
+
+
+async def run_span_count(database_url: str, run_id: str) -> int:
+    """How many spans the database holds for the run `run_id`."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            query = text("SELECT count(*) FROM spans WHERE run_id = :run_id")
+            return int((await conn.execute(query, {"run_id": run_id})).scalar_one())
+    finally:
+        await engine.dispose()

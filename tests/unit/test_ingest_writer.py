@@ -169,6 +169,26 @@ async def test_slow_store_times_out_the_request_but_still_writes_on_shutdown() -
     assert len(store.stored) == 30
 
 
+async def test_a_request_queued_as_writes_start_failing_hears_503_without_the_ack_timeout() -> None:
+    store = RecordingStore()
+    store.failures_left = 10**9  # the database has stopped taking writes
+    writer = SpanWriter(
+        store.write,
+        max_queued_spans=1000,
+        max_batch_spans=500,
+        ack_timeout=30,
+        retry_backoff=(0.01, 0.05),
+    )
+    async with writer:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(IngestUnavailableError, match="not taking writes"):
+            await writer.submit(spans(10))
+        # Refused once writes had failed for FAIL_FAST_AFTER (2 s), not after 30 s.
+        assert asyncio.get_running_loop().time() - started < 2 + 1
+        store.failures_left = 0  # writable again: the queued spans are stored
+    assert len(store.stored) == 10
+
+
 # -- a span the database refuses, on a real SQLite store -------------------------------------
 
 BEYOND_INT64 = 2**63
