@@ -69,6 +69,10 @@ async def _attribute(
     )
 
 
+STORED_CANDIDATES = 50
+"""Most candidate steps an attribution keeps (the strongest; attributors rank them)."""
+
+
 class AttributionService:
     """Builds attributors by name (once each) and runs them safely.
 
@@ -140,6 +144,13 @@ class AttributionService:
             attribution = attribution.model_copy(
                 update={"latency_s": time.perf_counter() - started}
             )
+        if len(attribution.candidates) > STORED_CANDIDATES:
+            # A 20,000-step run's every step ranked would make each read of the run (its
+            # page, its API answer) megabytes long; the strongest ones are what is read.
+            strongest = sorted(attribution.candidates, key=lambda c: (-c.score, c.step))
+            attribution = attribution.model_copy(
+                update={"candidates": tuple(strongest[:STORED_CANDIDATES])}
+            )
         problem = validate_against(attribution, visible)
         if problem is not None:
             return Attribution.failed(
@@ -160,7 +171,10 @@ class AttributionService:
             if not spans:
                 return None
             # What was posted for the run (a grader's ground truth) reaches the attributor.
-            return run_trajectory(job.run_id, spans, await self._store.get_run(job.run_id))
+            # Assembled in a worker thread: a large run takes seconds to assemble, which
+            # on the event loop would stall ingest for as long.
+            row = await self._store.get_run(job.run_id)
+            return await anyio.to_thread.run_sync(run_trajectory, job.run_id, spans, row)
         if job.payload and "trajectory" in job.payload:
             return Trajectory.model_validate(job.payload["trajectory"])
         return None

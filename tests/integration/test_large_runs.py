@@ -87,6 +87,9 @@ def test_a_long_runs_steps_come_in_windows_and_pages(
 
         run = api.get("/api/runs/long", params={"steps_limit": 1}).json()
         blamed = run["attributions"][0]["step"]
+        # Every acting step is a candidate of first_error; the strongest 50 are kept.
+        kept = {a["method"]: len(a["candidates"]) for a in run["attributions"]}
+        assert kept["first_error"] == 50 and max(kept.values()) <= 50, kept
         page = api.get("/ui/runs/long").text
         # The page opens on the blamed step's page of 250 steps, with links either way.
         first = blamed - blamed % 250
