@@ -239,8 +239,9 @@ class SpanWriter(Daemon):
         Returns which spans the database refused (usually none): the receiver reports
         them as a partial success; every other span is durable.
         Raises IngestSaturatedError when the queue is full (nothing was queued) and
-        IngestUnavailableError when they were not stored within the ack timeout (they
-        stay queued and will still be written).
+        IngestUnavailableError when they were not stored within the ack timeout (what was
+        queued stays queued and will still be written; a retry stores the rest, and spans
+        already stored are not stored twice).
         """
         self.counters.spans_received += len(spans)
         if not spans:
@@ -263,23 +264,38 @@ class SpanWriter(Daemon):
         spans = full.spans
         if not spans:
             return Stored(full.refused, "; ".join(full.messages))
-        item = _Pending(spans, asyncio.get_running_loop().create_future())
-        self._pending.append(item)
+        deadline = time.monotonic() + self._ack_timeout
+        rejected, messages = full.refused, list(full.messages)
+        # A request larger than one transaction is queued a transaction's worth at a time:
+        # what other clients sent meanwhile is stored between its parts, so a small export
+        # never waits behind a 20,000-span one. Acknowledged once every part is stored;
+        # the queue counts all of its spans from the start (the writer uncounts each part
+        # as it stores it).
         self._queued_spans += len(spans)
-        self._wakeup.set()
-        stored = await self._acknowledgement(item)
-        if not full.refused:
-            return stored
-        message = "; ".join(part for part in (*full.messages, stored.error_message) if part)
-        return Stored(stored.rejected + full.refused, message)
+        unqueued = len(spans)
+        try:
+            for start in range(0, len(spans), self._max_batch):
+                if start and self.stopping:
+                    raise IngestUnavailableError("the sidecar is shutting down")
+                part = spans[start : start + self._max_batch]
+                item = _Pending(part, asyncio.get_running_loop().create_future())
+                self._pending.append(item)
+                unqueued -= len(part)
+                self._wakeup.set()
+                stored = await self._acknowledgement(item, deadline)
+                rejected += stored.rejected
+                if stored.error_message:
+                    messages.append(stored.error_message)
+        finally:
+            self._queued_spans -= unqueued  # parts never queued (a timeout, a stop)
+        return Stored(rejected, "; ".join(messages))
 
-    async def _acknowledgement(self, item: _Pending) -> Stored:
+    async def _acknowledgement(self, item: _Pending, deadline: float) -> Stored:
         """Wait until `item` is stored. IngestUnavailableError after the ack timeout, or
         once writes have been failing for `FAIL_FAST_AFTER` seconds: a request queued just
         before the database stopped taking writes (read-only, full) hears 503 then, like
         the requests after it, not after the whole ack timeout. Its spans stay queued
         either way and are stored once the database takes writes again."""
-        deadline = time.monotonic() + self._ack_timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

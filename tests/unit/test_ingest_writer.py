@@ -398,3 +398,23 @@ def test_transient_errors_are_told_apart_from_refused_data() -> None:
     assert is_transient(StatementError("reset", "INSERT", {}, ConnectionResetError()))
     encode = UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
     assert not is_transient(StatementError("encode", "INSERT", {}, encode))
+
+
+async def test_a_small_request_is_stored_between_the_parts_of_a_large_one() -> None:
+    store = RecordingStore()
+    store.gate.clear()
+    async with SpanWriter(
+        store.write, max_queued_spans=10_000, max_batch_spans=100, ack_timeout=5
+    ) as writer:
+        large = asyncio.create_task(writer.submit(spans(350, trace=1)))
+        await asyncio.sleep(0.01)  # its first part is being written
+        small = asyncio.create_task(writer.submit(spans(5, trace=2)))
+        await asyncio.sleep(0.01)
+        store.gate.set()
+        await small
+        assert not large.done()  # the small one did not wait for all of the large one
+        assert await large == Stored()
+    # Transactions of one part each, the small request right after the first part.
+    assert store.transactions == [100, 5, 100, 100, 50]
+    assert len(store.stored) == 355
+    assert writer.queued_spans == 0
