@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HTML_REPORT_FILE",
+    "REPORT_STYLE",
     "error_bins",
     "render_html_report",
     "step_errors",
@@ -39,7 +40,7 @@ STEP_COLOUR = "#f28e2b"
 PUBLISHED_FILL = 0.55
 """Opacity of published rows' bars, so our own rows stand out."""
 
-_STYLE = """
+REPORT_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d2330; margin: 2rem auto; max-width: 1000px;
   padding: 0 1rem; }
 h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
@@ -376,7 +377,7 @@ def render_html_report(summary: Mapping[str, Any], lines: Sequence[Mapping[str, 
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<title>{escape(title)}</title><style>{REPORT_STYLE}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         f'<p class="note">ground truth in the input: {"with" if use_ground_truth else "without"}'
         f" · repeats {escape(str(settings.get('repeats', 1)))}"

@@ -10,24 +10,19 @@ from html import escape
 from pathlib import Path
 
 from faultfinder.benchmarks.nightly.gate import describe
-from faultfinder.benchmarks.plots import HTML_REPORT_FILE, trend_chart
+from faultfinder.benchmarks.plots import HTML_REPORT_FILE, REPORT_STYLE, trend_chart
 from faultfinder.server.store import BenchEntry, BenchRun
 
 __all__ = ["render_nightly_report", "write_nightly_report"]
 
-_STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; color: #1d2330; margin: 2rem auto; max-width: 1100px;
-  padding: 0 1rem; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
-table { border-collapse: collapse; margin: .6rem 0; }
-th, td { border-bottom: 1px solid #dde1e7; padding: .25rem .6rem; text-align: left; }
-th { font-size: 12px; color: #5f6b7a; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+_STYLE = (
+    REPORT_STYLE
+    + """
 tr.regression td { background: #fdecea; }
 pre { white-space: pre-wrap; background: #f7f8fa; border: 1px solid #dde1e7; padding: .5rem; }
-svg { max-width: 100%; height: auto; } svg text { font-size: 11px; fill: #1d2330; }
-.note { color: #5f6b7a; }
 """
+)
+"""`report.html`'s style with the rows the gate flags."""
 
 
 def _percent(figure: Mapping[str, float]) -> str:
