@@ -22,18 +22,13 @@ import click
 import httpx
 from rich.console import Console
 
+from faultfinder.benchmarks.ingest import percentile
 from faultfinder.benchmarks.otlp_traces import prepare_requests, traces_url
 from faultfinder.benchmarks.sidecar import SidecarProcess
 from faultfinder.server.progress import Progress
 
 POLL_S = 0.002
 """Seconds between polls of a run's jobs (the resolution of the figures)."""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The `q`-quantile of `values` (nearest rank)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
 def _figures(values: Sequence[float]) -> dict[str, float]:
