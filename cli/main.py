@@ -107,6 +107,12 @@ def _settings(**overrides: object) -> Settings:
     "(FAULTFINDER_INGEST_INFLIGHT_BYTES, default 64 MiB).",
 )
 @click.option(
+    "--processes",
+    type=click.IntRange(min=1, max=64),
+    help="Processes decoding OTLP/HTTP bodies (FAULTFINDER_PROCESSES, default 1: in the "
+    "serving process; N: N - 1 decoder processes beside it, one span writer either way).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -121,6 +127,7 @@ def serve(
     quiet_period: float | None,
     ingest_queue_spans: int | None,
     ingest_inflight_bytes: int | None,
+    processes: int | None,
     log_level: str,
 ) -> None:
     """Run the sidecar: OTLP receivers, query API and the run lifecycle."""
@@ -138,6 +145,7 @@ def serve(
         quiet_period=quiet_period,
         ingest_queue_spans=ingest_queue_spans,
         ingest_inflight_bytes=ingest_inflight_bytes,
+        processes=processes,
     )
     configure_logging(log_level)
     click.echo(

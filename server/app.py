@@ -55,6 +55,7 @@ from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.logs import logging_config
 from faultfinder.server.metrics import ServerMetrics
 from faultfinder.server.otlp.mapping import run_id_of
+from faultfinder.server.otlp.pool import BodyDecoder
 from faultfinder.server.run_budget import RunSpanBudget
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, load_settings
@@ -181,11 +182,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
             metrics.alarms.labels(alarm.agent).inc()
             events.publish(RUN_CHANGED, {"run_id": alarm.run_id})
 
+        decoder = BodyDecoder(settings.processes)
         switch_interval = sys.getswitchinterval()
         sweeper = LifecycleSweeper(store, jobs, settings, events)
         app.state.update(
             alarms=alarms,
             bench_history=BenchHistory(engine),
+            decoder=decoder,
             store=store,
             jobs=jobs,
             writer=writer,
@@ -194,6 +197,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         )
         try:
             async with AsyncExitStack() as daemons:
+                await decoder.start()
+                daemons.push_async_callback(decoder.aclose)
                 await daemons.enter_async_context(writer)
                 await daemons.enter_async_context(webhooks)
                 if settings.grpc_enabled:

@@ -46,6 +46,10 @@ class BodyTooLargeError(RequestError):
         super().__init__(f"request body exceeds {limit} bytes once decompressed")
         self.limit = limit
 
+    def __reduce__(self) -> tuple[type[BodyTooLargeError], tuple[int]]:
+        # Raised in a decoder process (`serve --processes`), it arrives here pickled.
+        return (type(self), (self.limit,))
+
 
 class TooManySpansError(BodyTooLargeError):
     """One request holds more spans than a request may (however small they are)."""
@@ -55,3 +59,7 @@ class TooManySpansError(BodyTooLargeError):
             self, f"request holds {spans} spans, more than the {limit} one request may carry"
         )
         self.limit = limit
+        self.spans = spans
+
+    def __reduce__(self) -> tuple[type[TooManySpansError], tuple[int, int]]:  # type: ignore[override]
+        return (type(self), (self.spans, self.limit))

@@ -123,6 +123,14 @@ class Settings(BaseSettings):
         default=[],
         description="Python modules imported at start-up that register extra attributors.",
     )
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Processes that decode OTLP/HTTP bodies: 1 decodes in the serving "
+        "process; N starts N - 1 decoder processes beside it (one writer either way), so "
+        "ingest uses more than one core.",
+    )
     workers: int = Field(
         default=1,
         ge=0,

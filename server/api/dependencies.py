@@ -17,6 +17,7 @@ __all__ = ["DEPENDENCIES"]
 SERVICES = (
     "attribution",
     "bench_history",
+    "decoder",
     "events",
     "ingest_inflight",
     "jobs",

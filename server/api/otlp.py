@@ -30,14 +30,8 @@ from litestar.exceptions import HTTPException
 from faultfinder.conventions import PROJECT_HEADER
 from faultfinder.server.errors import TooManySpansError
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
-from faultfinder.server.otlp.decode import (
-    BodyTooLargeError,
-    DecodeError,
-    decode_json,
-    decode_protobuf,
-    decompress,
-    encode_response,
-)
+from faultfinder.server.otlp.decode import BodyTooLargeError, DecodeError, encode_response
+from faultfinder.server.otlp.pool import BodyDecoder, DecodeRequest
 from faultfinder.server.settings import Settings
 
 PROTOBUF = "application/x-protobuf"
@@ -173,6 +167,7 @@ class OtlpTraceController(Controller):
         settings: NamedDependency[Settings],
         writer: NamedDependency[SpanWriter],
         ingest_inflight: NamedDependency[InflightBytes],
+        decoder: NamedDependency[BodyDecoder],
     ) -> Response[bytes]:
         content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
         if content_type not in (PROTOBUF, JSON):
@@ -219,18 +214,20 @@ class OtlpTraceController(Controller):
                 ended = await _discard_body(request, settings.body_read_timeout)
                 return _retry_later(message, settings, as_json=as_json, close=not ended)
             decode_started = time.perf_counter()
-            raw = decompress(
-                body,
-                request.headers.get("content-encoding"),
-                max_size=settings.max_decompressed_bytes,
+            batch = await decoder.decode(
+                DecodeRequest(
+                    body,
+                    request.headers.get("content-encoding"),
+                    as_json,
+                    request.headers.get(PROJECT_HEADER),
+                    settings.max_decompressed_bytes,
+                    settings.max_spans_per_request,
+                )
             )
-            project = request.headers.get(PROJECT_HEADER)
-            decode = decode_json if as_json else decode_protobuf
-            batch = decode(raw, project_header=project, max_spans=settings.max_spans_per_request)
             writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
             # Waiting for the writer, the request holds its decoded spans (which the queue
             # limit counts), not its body as well.
-            del body, raw
+            del body
         except TooManySpansError as exc:
             writer.counters.reject_request("too_many_spans")
             return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED

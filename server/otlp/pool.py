@@ -1,0 +1,204 @@
+"""Decoding OTLP bodies in worker processes, so that ingest uses more than one core.
+
+One Python process decodes, maps and stores every span on one core (the GIL): with
+`serve --processes N` the sidecar keeps its one event loop and its one span writer, and
+N - 1 decoder processes decompress and decode the request bodies. A body crosses to a
+decoder as bytes; its spans come back as plain tuples (cheaper to unpickle than the
+frozen dataclasses) and are rebuilt here, so the serving process spends about a fifth
+of the decoding's CPU on each span (`benchmarks/reports/ingest.md`).
+
+Small bodies are decoded in place: below `POOL_MIN_BYTES` the round trip costs more
+than it saves. A decoder that dies (killed, out of memory) breaks the pool; the request
+it was decoding is decoded in place and the pool is started again, so a lost process
+never loses a request or stops ingest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from faultfinder.server.otlp.decode import (
+    DecodedBatch,
+    decode_json,
+    decode_protobuf,
+    decompress,
+)
+from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
+
+__all__ = ["POOL_MIN_BYTES", "BodyDecoder", "DecodeRequest", "decode_body"]
+
+log = logging.getLogger(__name__)
+
+POOL_MIN_BYTES = 16 * 1024
+"""Bodies smaller than this are decoded in the serving process (a few spans: sending
+them to a decoder and back costs more than decoding them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRequest:
+    """One OTLP/HTTP body and what decoding it needs."""
+
+    body: bytes
+    content_encoding: str | None
+    as_json: bool
+    project_header: str | None
+    max_decompressed_bytes: int
+    max_spans: int | None
+
+
+def decode_body(request: DecodeRequest) -> DecodedBatch:
+    """Decompress and decode `request` (raises the decoder's `RequestError`s)."""
+    raw = decompress(
+        request.body, request.content_encoding, max_size=request.max_decompressed_bytes
+    )
+    decode = decode_json if request.as_json else decode_protobuf
+    return decode(raw, project_header=request.project_header, max_spans=request.max_spans)
+
+
+_Wire = tuple[list[tuple[Any, ...]], int, str, dict[str, int], int]
+
+
+def _decode_to_wire(request: DecodeRequest) -> _Wire:
+    """In a decoder process: `decode_body`, with the spans as tuples."""
+    batch = decode_body(request)
+    spans = [
+        (
+            span.trace_id,
+            span.span_id,
+            span.parent_span_id,
+            span.name,
+            span.start_time_unix_nano,
+            span.end_time_unix_nano,
+            span.kind,
+            int(span.status_code),
+            span.status_message,
+            span.attributes,
+            [(event.name, event.time_unix_nano, event.attributes) for event in span.events],
+            span.resource_attributes,
+            span.scope_name,
+            span.project,
+        )
+        for span in batch.spans
+    ]
+    return spans, batch.rejected, batch.error_message, batch.reasons, batch.truncated_values
+
+
+def _from_wire(wire: _Wire) -> DecodedBatch:
+    spans, rejected, error_message, reasons, truncated = wire
+    return DecodedBatch(
+        spans=[
+            SpanRecord(
+                trace_id,
+                span_id,
+                parent,
+                name,
+                start,
+                end,
+                kind,
+                StatusCode(status),
+                message,
+                attributes,
+                tuple(SpanEvent(*event) for event in events),
+                resource,
+                scope,
+                project,
+            )
+            for (
+                trace_id,
+                span_id,
+                parent,
+                name,
+                start,
+                end,
+                kind,
+                status,
+                message,
+                attributes,
+                events,
+                resource,
+                scope,
+                project,
+            ) in spans
+        ],
+        rejected=rejected,
+        error_message=error_message,
+        reasons=reasons,
+        truncated_values=truncated,
+    )
+
+
+def _quiet_worker() -> None:
+    # Ctrl-C reaches the whole process group; the serving process decides when its
+    # decoders stop (at shutdown), not the terminal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _ready() -> bool:
+    return True
+
+
+class BodyDecoder:
+    """Decodes OTLP bodies in place (`processes` 1) or in `processes - 1` decoder
+    processes (bodies of at least `POOL_MIN_BYTES`)."""
+
+    def __init__(self, processes: int = 1) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, got {processes}")
+        self.decoders = processes - 1
+        self._pool: ProcessPoolExecutor | None = None
+        self.restarts = 0
+        """Times a broken pool (a decoder died) was replaced."""
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=self.decoders,
+            # A fresh interpreter that imports only the decoder: forking the server would
+            # copy its threads' locks (the database driver's) in whatever state they are.
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_quiet_worker,
+        )
+
+    async def start(self) -> None:
+        """Start the decoder processes and wait until each has imported the decoder, so
+        that the first requests do not pay for it."""
+        if not self.decoders:
+            return
+        self._pool = self._new_pool()
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(
+            *(loop.run_in_executor(self._pool, _ready) for _ in range(self.decoders))
+        )
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+    async def decode(self, request: DecodeRequest) -> DecodedBatch:
+        """`decode_body(request)`, in a decoder process when there are any and the body
+        is large enough to be worth it."""
+        pool = self._pool
+        if pool is None or len(request.body) < POOL_MIN_BYTES:
+            return decode_body(request)
+        loop = asyncio.get_running_loop()
+        try:
+            wire = await loop.run_in_executor(pool, _decode_to_wire, request)
+        except BrokenProcessPool:
+            self._replace(pool)
+            return decode_body(request)
+        return _from_wire(wire)
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        if self._pool is not broken:
+            return  # another request already replaced it
+        log.error("an OTLP decoder process died; starting the decoders again")
+        broken.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._new_pool()
+        self.restarts += 1
