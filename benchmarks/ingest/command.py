@@ -59,6 +59,14 @@ from faultfinder.benchmarks.replay.exporters import parse_headers
     show_default=True,
     help="With --verify faultfinder: give up once the stored count has not grown for this long.",
 )
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Offer a fixed load of this many spans/s (open loop: requests are sent when due, "
+    "answered or not, and latency counts from when each was due). Default: each "
+    "connection sends as soon as its last request is answered (the capacity).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 @click.option("--no-progress", is_flag=True, help="No progress bars.")
 def ingest_command(
@@ -74,6 +82,7 @@ def ingest_command(
     headers: str | None,
     timeout: float,
     settle_timeout: float,
+    rate: float | None,
     as_json: bool,
     no_progress: bool,
 ) -> None:
@@ -99,6 +108,7 @@ def ingest_command(
         settle_timeout=settle_timeout,
         headers=extra_headers,
         server_pid=server_pid,
+        rate=rate,
         progress=not no_progress,
     )
     if as_json:

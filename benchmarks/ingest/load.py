@@ -78,6 +78,11 @@ class SendOptions(TypedDict, total=False):
     """Extra headers of every request."""
     server_pid: int | None
     """The server's process, whose memory is sampled (same machine only)."""
+    rate: float | None
+    """Offered load in spans/s: request i is due `i * batch / rate` s after the start,
+    whether or not earlier ones were answered (open loop), and its latency counts from
+    when it was due, so time spent waiting for a free connection is counted too. None
+    (default): each connection sends its next request when the last one is answered."""
 
 
 def rejected_spans(response: httpx.Response) -> int:
@@ -116,6 +121,8 @@ class _Run:
     task: TaskID | None
     latencies: list[float] = field(default_factory=list)
     next_index: int = 0
+    due: list[float] | None = None
+    """With an offered rate: when each request is due (perf_counter)."""
 
     def _note_error(self, message: str) -> None:
         if len(self.report.errors) < 5 and message not in self.report.errors:
@@ -126,16 +133,39 @@ class _Run:
             prepared = self.requests[self.next_index]
             self.next_index += 1
             await self._send(prepared)
-            if self.progress is not None and self.task is not None:
-                self.progress.update(
-                    self.task, advance=prepared.spans, accepted=self.report.spans_accepted
-                )
+            self._advance(prepared)
 
-    async def _send(self, prepared: PreparedRequest) -> None:
+    async def paced(self) -> None:
+        """Send each request when it is due (`due`), however many are still unanswered:
+        the pool's connections bound what is on the wire, the rest wait for one."""
+        assert self.due is not None
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(prepared: PreparedRequest, due: float) -> None:
+            await self._send(prepared, due=due)
+            self._advance(prepared)
+
+        for prepared, due in zip(self.requests, self.due, strict=True):
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(one(prepared, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        await asyncio.gather(*tasks)
+
+    def _advance(self, prepared: PreparedRequest) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(
+                self.task, advance=prepared.spans, accepted=self.report.spans_accepted
+            )
+
+    async def _send(self, prepared: PreparedRequest, *, due: float | None = None) -> None:
         report = self.report
         throttled = transport_failures = 0
         while True:
-            started = time.perf_counter()
+            started = time.perf_counter() if due is None else due
+            due = None  # a retry's latency counts from when it was sent
             try:
                 response = await self.client.post(
                     self.url, content=prepared.body, headers=prepared.headers
@@ -224,8 +254,18 @@ async def run_ingest(
         if progress is not None:
             task = progress.add_task("sending", total=report.spans_requested, accepted=0)
         run = _Run(client, url, requests, report, send.get("max_retries", 20), progress, task)
+        rate = send.get("rate")
         started = time.perf_counter()
-        await asyncio.gather(*(run.sender() for _ in range(max(1, concurrency))))
+        if rate is None:
+            await asyncio.gather(*(run.sender() for _ in range(max(1, concurrency))))
+        else:
+            report.offered_spans_per_s = rate
+            sent = 0
+            run.due = []
+            for prepared in requests:
+                run.due.append(started + sent / rate)
+                sent += prepared.spans
+            await run.paced()
         report.send_seconds = time.perf_counter() - started
         if report.send_seconds > 0:
             report.accepted_spans_per_s = report.spans_accepted / report.send_seconds
@@ -327,6 +367,9 @@ def ingest(
     concurrency = send.get("concurrency", DEFAULT_CONCURRENCY)
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    rate = send.get("rate")
+    if rate is not None and rate <= 0:
+        raise ValueError(f"rate must be positive, got {rate}")
     with _progress_bar(Console(stderr=True), progress) as bar:
         preparing = bar.add_task("encoding", total=spans)
         requests = prepare_requests(

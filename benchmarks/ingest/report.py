@@ -46,6 +46,9 @@ class IngestReport:
     retries: int = 0
     transport_errors: int = 0
     send_seconds: float = 0.0
+    offered_spans_per_s: float | None = None
+    """The fixed offered load (`--rate`); None when each connection sent as fast as it
+    was answered."""
     accepted_spans_per_s: float = 0.0
     latency_p50_ms: float = 0.0
     latency_p99_ms: float = 0.0
@@ -95,7 +98,12 @@ def report_lines(report: IngestReport) -> list[str]:
         f"({report.mean_span_bytes:.0f} B/span)",
         f"accepted          {report.accepted_spans_per_s:.0f} spans/s over "
         f"{report.send_seconds:.2f} s",
-        f"latency           p50 {report.latency_p50_ms:.1f} ms, p99 {report.latency_p99_ms:.1f} ms",
+        f"latency           p50 {report.latency_p50_ms:.1f} ms, p99 {report.latency_p99_ms:.1f} ms"
+        + (
+            f" (offered {report.offered_spans_per_s:.0f} spans/s; from when each request was due)"
+            if report.offered_spans_per_s is not None
+            else ""
+        ),
         f"responses         2xx {report.status_2xx}, 4xx {report.status_4xx}, "
         f"5xx {report.status_5xx}, 429/503 {report.throttled} "
         f"({report.retries} retries), transport errors {report.transport_errors}",

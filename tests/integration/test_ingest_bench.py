@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ class OtlpSink:
     bodies: list[bytes] = field(default_factory=list)
     requests: list[Any] = field(default_factory=list)
     seen_headers: list[dict[str, str]] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    """`time.monotonic()` when each POST arrived."""
     url: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -99,6 +102,7 @@ class OtlpSink:
                     self._answer(404, b"", "text/plain")
                     return
                 with sink._lock:
+                    sink.arrivals.append(time.monotonic())
                     sink.posts += 1
                     throttled = sink.posts <= sink.throttle_first
                 if throttled:
@@ -201,6 +205,27 @@ def test_against_faultfinder_it_reports_where_the_servers_time_went(
     assert report.writer_busy is not None and 0 < report.writer_busy <= 1.0
     lines = "\n".join(report_lines(report))
     assert "server commits    " in lines and "writer busy" in lines
+
+
+def test_a_fixed_rate_spreads_the_requests_over_time_instead_of_sending_at_once() -> None:
+    # 10 requests of 50 spans offered at 1,000 spans/s: one every 50 ms, the last due
+    # 450 ms after the first. Sent as fast as answered, a loopback sink takes them all
+    # in a few milliseconds.
+    with running_sink() as sink:
+        report = ingest(
+            sink.url,
+            500,
+            batch=50,
+            concurrency=8,
+            rate=1000,
+            verify="faultfinder",
+            progress=False,
+        )
+    assert report.ok and report.spans_accepted == 500
+    assert report.offered_spans_per_s == 1000
+    # Never earlier than due (a late scheduler can only stretch it).
+    assert sink.arrivals[-1] - sink.arrivals[0] >= 0.40
+    assert "offered 1000 spans/s" in "\n".join(report_lines(report))
 
 
 def test_json_gzip_bodies_decode_as_otlp_json() -> None:
