@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import httpx
@@ -50,8 +50,10 @@ class SidecarProcess:
         port: int | None = None,
         grpc_port: int | None = None,
         ready_timeout: float = 120.0,
+        cpus: Collection[int] | None = None,
     ) -> None:
-        """`grpc_port`: serve OTLP/gRPC there too (default: HTTP only)."""
+        """`grpc_port`: serve OTLP/gRPC there too (default: HTTP only). `cpus`: run the
+        process (and every thread it starts) on these cores only (`taskset`)."""
         self.database_url = database_url
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -60,6 +62,7 @@ class SidecarProcess:
         self.log_path = log_dir / f"sidecar-{self.port}.log"
         self._env = dict(env or {})
         self._ready_timeout = ready_timeout
+        self.cpus = sorted(cpus) if cpus is not None else None
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -80,8 +83,9 @@ class SidecarProcess:
             log_file.write(f"\n--- start {self.starts + 1} ---\n".encode())
             log_file.flush()
             grpc = ["--grpc-port", str(self.grpc_port)] if self.grpc_port else ["--no-grpc"]
+            pinned = ["taskset", "--cpu-list", ",".join(map(str, self.cpus))] if self.cpus else []
             self.process = subprocess.Popen(
-                [*faultfinder_command(), "serve", "--port", str(self.port), *grpc],
+                [*pinned, *faultfinder_command(), "serve", "--port", str(self.port), *grpc],
                 env=environment,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

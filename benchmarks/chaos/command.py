@@ -32,7 +32,7 @@ from faultfinder.benchmarks.chaos.stored_state import redacted, stored_span_coun
 from faultfinder.benchmarks.sidecar import SidecarProcess
 from faultfinder.server.progress import Progress
 
-__all__ = ["FUZZ_SUITE", "chaos_command", "run_fuzz_suite"]
+__all__ = ["FUZZ_SUITE", "chaos_command", "parse_pin", "run_fuzz_suite"]
 
 
 def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
@@ -73,6 +73,14 @@ def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
     default=30.0,
     show_default=True,
     help="Seconds of overload.",
+)
+@click.option(
+    "--pin",
+    default=None,
+    metavar="SERVER:LOAD",
+    help="With --overload: run the sidecar on the cores SERVER and this load generator on "
+    "the cores LOAD (e.g. 0:1), so that the generator does not share the server's cores "
+    "and can really offer the multiple (the capacity is measured pinned too).",
 )
 @click.option(
     "--queue-spans",
@@ -134,6 +142,7 @@ def chaos_command(
     duration: float,
     overload_factor: float | None,
     overload_duration: float,
+    pin: str | None,
     queue_spans: int | None,
     attributors: str,
     plugins: str | None,
@@ -162,10 +171,10 @@ def chaos_command(
         raise click.UsageError(
             "nothing to do: give --kills N, --overload FACTOR, --fuzz N or --hostile ITEMS"
         )
-    try:
-        items = parse_items(hostile_items) if hostile_items is not None else []
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--hostile") from None
+    items, pinning = _parse_items_and_pin(hostile_items, pin)
+    if pinning is not None:
+        # Threads started from here on (the SDK exporter's, the stores') inherit it.
+        os.sched_setaffinity(0, pinning[1])
     console = Console(stderr=True)
     base = workdir or Path(tempfile.mkdtemp(prefix="faultfinder-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -197,7 +206,9 @@ def chaos_command(
             ok &= _record(results, "kills", "kill chaos", url, kill_report, as_json)
         if overload_drill is not None:
             workdir_overload = _subfolder(base, f"overload-{number}")
-            report = _overload_drill(url, workdir_overload, env, overload_drill, console)
+            report = _overload_drill(
+                url, workdir_overload, env, overload_drill, console, pinning=pinning
+            )
             ok &= _record(results, "overload", "overload", url, report, as_json)
     if items:
         findings = _hostile(items, urls, base, quick=quick, as_json=as_json, console=console)
@@ -286,13 +297,62 @@ def _kill_drill(url: str, workdir: Path, drill: KillDrill, console: Console) -> 
         return run_kill_chaos(url, workdir, drill, progress=advance).report
 
 
+def _parse_items_and_pin(
+    hostile_items: str | None, pin: str | None
+) -> tuple[list[int], tuple[set[int], set[int]] | None]:
+    try:
+        items = parse_items(hostile_items) if hostile_items is not None else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--hostile") from None
+    try:
+        return items, parse_pin(pin) if pin is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pin") from None
+
+
+def parse_pin(text: str) -> tuple[set[int], set[int]]:
+    """`SERVER:LOAD` core lists (`0:1`, `0,1:2-3`) as two disjoint sets of this machine's
+    cores."""
+    server_text, colon, load_text = text.partition(":")
+    if not colon or not server_text or not load_text:
+        raise ValueError(f"give the server's and the load's cores as SERVER:LOAD, not {text!r}")
+    available = os.sched_getaffinity(0)
+    server, load = _cores(server_text), _cores(load_text)
+    if server & load:
+        raise ValueError(f"the server and the load share cores {sorted(server & load)}")
+    unknown = (server | load) - available
+    if unknown:
+        raise ValueError(f"no cores {sorted(unknown)} here (available: {sorted(available)})")
+    return server, load
+
+
+def _cores(text: str) -> set[int]:
+    cores: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"{part!r} is not a core number or range")
+        cores.update(range(int(first), int(last if dash else first) + 1))
+    return cores
+
+
 def _overload_drill(
-    url: str, workdir: Path, env: dict[str, str], drill: OverloadDrill, console: Console
+    url: str,
+    workdir: Path,
+    env: dict[str, str],
+    drill: OverloadDrill,
+    console: Console,
+    *,
+    pinning: tuple[set[int], set[int]] | None = None,
 ) -> OverloadReport:
-    """One overload run against a sidecar started on `url`."""
-    with SidecarProcess(url, workdir, env=env) as sidecar:
+    """One overload run against a sidecar started on `url` (on `pinning`'s server cores)."""
+    cpus = pinning[0] if pinning is not None else None
+    with SidecarProcess(url, workdir, env=env, cpus=cpus) as sidecar:
         console.print(f"overload: measuring capacity of {sidecar.url} …")
-        return run_overload(sidecar.url, drill, server_pid=sidecar.pid, database_url=url).report
+        report = run_overload(sidecar.url, drill, server_pid=sidecar.pid, database_url=url).report
+    if pinning is not None:
+        report.server_cpus, report.load_cpus = sorted(pinning[0]), sorted(pinning[1])
+    return report
 
 
 FUZZ_SUITE = Path(__file__).resolve().parents[2] / "tests" / "integration" / "test_fuzz.py"

@@ -16,6 +16,7 @@ from faultfinder.benchmarks.chaos.sending import SendTally, send_until_acknowled
 from faultfinder.benchmarks.chaos.stored_state import read_stored_state
 from faultfinder.benchmarks.chaos.traffic import ChaosTraffic, SpanKey, span_keys
 from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb
+from faultfinder.benchmarks.ingest.report import percentile
 from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE
 
 __all__ = [
@@ -60,6 +61,7 @@ class OverloadReport:
     query_failures: int = 0
     """GET /api/runs during the overload that did not answer 200."""
     query_p50_ms: float = 0.0
+    query_p99_ms: float = 0.0
     query_max_ms: float = 0.0
     baseline_rss_mb: float | None = None
     peak_rss_mb: float | None = None
@@ -73,6 +75,10 @@ class OverloadReport:
     recovered: bool = False
     """After the overload: queue empty, a new request acknowledged at the first attempt."""
     server_alive: bool = True
+    server_cpus: list[int] | None = None
+    """The cores the sidecar was pinned to (`--pin`); None: not pinned."""
+    load_cpus: list[int] | None = None
+    """The cores the load generator was pinned to; None: not pinned."""
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -214,10 +220,10 @@ class _Overload:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler
-            ordered = sorted(self.latencies)
-            if ordered:
-                report.query_p50_ms = ordered[len(ordered) // 2] * 1000
-                report.query_max_ms = ordered[-1] * 1000
+            if self.latencies:
+                report.query_p50_ms = percentile(self.latencies, 0.50) * 1000
+                report.query_p99_ms = percentile(self.latencies, 0.99) * 1000
+                report.query_max_ms = max(self.latencies) * 1000
 
     async def _offer(self, client: httpx.AsyncClient) -> tuple[set[asyncio.Task[bool]], float]:
         """Send at `factor` × capacity for `duration` seconds, each request retried until

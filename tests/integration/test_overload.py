@@ -8,6 +8,8 @@ The long version (default queue size) is `faultfinder bench chaos --overload 2`.
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -22,6 +24,8 @@ from faultfinder.benchmarks.chaos import (
     read_stored_state,
     run_overload,
 )
+from faultfinder.benchmarks.chaos.command import parse_pin
+from faultfinder.benchmarks.sidecar import SidecarProcess
 from tests.integration.sidecar import running_sidecar
 
 QUEUE_SPANS = 500
@@ -145,3 +149,32 @@ def test_bodies_still_arriving_hold_the_inflight_budget_and_others_are_told_to_r
     stored = asyncio.run(read_stored_state(sqlite_database_url)).spans
     assert set(slow.spans) <= stored
     assert set(other.spans) <= stored
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two cores")
+def test_a_pinned_sidecar_and_all_its_threads_run_on_the_given_core_only(tmp_path: Path) -> None:
+    # `bench chaos --overload 2 --pin 0:1`: the server on one core, the load on another.
+    server_core = min(os.sched_getaffinity(0))
+    with SidecarProcess(
+        f"sqlite+aiosqlite:///{tmp_path / 'pinned.db'}", tmp_path, cpus={server_core}
+    ) as sidecar:
+        threads = list(Path(f"/proc/{sidecar.pid}/task").iterdir())
+        assert len(threads) > 1  # the SQLite driver's and the exporter's threads too
+        for thread in threads:
+            assert os.sched_getaffinity(int(thread.name)) == {server_core}
+        assert httpx.get(f"{sidecar.url}/readyz").status_code == 200
+
+
+def test_pin_takes_two_disjoint_core_lists_of_this_machine() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) > 1:
+        assert parse_pin(f"{cores[0]}:{cores[1]}") == ({cores[0]}, {cores[1]})
+    for wrong, says in [
+        ("0", "SERVER:LOAD"),
+        ("0:", "SERVER:LOAD"),
+        ("0:0", "share cores [0]"),
+        ("0:x", "'x' is not a core number"),
+        ("0:4096", "no cores [4096] here"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            parse_pin(wrong)
