@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -47,14 +48,24 @@ class SweepFigures:
     due: int = 0
     ran_out_at: float | None = None
     """Seconds since start when the writer used up the prepared batches, if it did."""
+    backlog: list[tuple[float, int]] = field(default_factory=list)
+    """(seconds since start, runs due but not settled) every `BACKLOG_EVERY_S`."""
 
 
 PREPARED_PER_SECOND = 20
 """Writes prepared per second of the run; PostgreSQL on a 2-core machine took about 16."""
 
+BACKLOG_EVERY_S = 10.0
+"""How often the runs that are due but not settled are counted while the clock runs."""
+
 
 async def measure(
-    database_url: str, *, duration: float, quiet: float, runs_per_write: int
+    database_url: str,
+    *,
+    duration: float,
+    quiet: float,
+    runs_per_write: int,
+    prepared_per_second: float = PREPARED_PER_SECOND,
 ) -> SweepFigures:
     engine = create_engine(database_url)
     store, jobs = SpanStore(engine), JobQueue(engine)
@@ -68,9 +79,13 @@ async def measure(
 
     # Decoded up front (more than the writer can store in `duration`): the database and
     # the sweep are measured, not the decoder. Frozen so that the collector skips them.
-    planned = int(duration * PREPARED_PER_SECOND)
+    planned = int(duration * prepared_per_second)
     click.echo(f"decoding {planned} writes of {runs_per_write} runs before the clock starts…")
-    prepared = [batch() for _ in range(planned)]
+    prepared = []
+    with click.progressbar(length=planned, label="decoding", file=sys.stderr) as bar:
+        for _ in range(planned):
+            prepared.append(batch())
+            bar.update(1)
     gc.collect()
     gc.freeze()
     figures = SweepFigures()
@@ -97,12 +112,27 @@ async def measure(
             figures.sweeps.append((time.monotonic() - start, elapsed, len(moved)))
             await asyncio.sleep(1.0)
 
-    try:
-        await asyncio.gather(writer(), sweeper())
+    running = RunStatus.RUNNING.value
+
+    async def due_now() -> int:
         cutoff = time.time_ns() - int(quiet * 1e9)
-        running = RunStatus.RUNNING.value
+        return await store.count_runs(status=running, quiet_since=cutoff)
+
+    async def backlog() -> None:
+        # The growth of this count over the run is the verdict: flat (about one sweep's
+        # worth of writes) keeps up; rising falls behind.
+        while True:
+            await asyncio.sleep(BACKLOG_EVERY_S)
+            if time.monotonic() >= stop:
+                return
+            due = await due_now()
+            figures.backlog.append((time.monotonic() - start, due))
+            click.echo(f"{time.monotonic() - start:6.0f} s  due but not settled: {due}", err=True)
+
+    try:
+        await asyncio.gather(writer(), sweeper(), backlog())
         figures.running = await store.count_runs(status=running)
-        figures.due = await store.count_runs(status=running, quiet_since=cutoff)
+        figures.due = await due_now()
     finally:
         await engine.dispose()
         gc.unfreeze()
@@ -114,12 +144,38 @@ async def measure(
 @click.option("--duration", type=float, default=60.0, show_default=True, help="Seconds.")
 @click.option("--quiet", type=float, default=5.0, show_default=True, help="Quiet period, s.")
 @click.option("--runs-per-write", type=int, default=200, show_default=True)
-def main(database_url: str, duration: float, quiet: float, runs_per_write: int) -> None:
+@click.option(
+    "--prepared-per-second",
+    type=float,
+    default=PREPARED_PER_SECOND,
+    show_default=True,
+    help="Writes decoded before the clock starts, per second of the run (about 1.7 MB "
+    "each at 200 runs): lower it for long runs on a machine whose writer is slower.",
+)
+def main(
+    database_url: str,
+    duration: float,
+    quiet: float,
+    runs_per_write: int,
+    prepared_per_second: float,
+) -> None:
     upgrade(database_url, show_progress=False)
     figures = asyncio.run(
-        measure(database_url, duration=duration, quiet=quiet, runs_per_write=runs_per_write)
+        measure(
+            database_url,
+            duration=duration,
+            quiet=quiet,
+            runs_per_write=runs_per_write,
+            prepared_per_second=prepared_per_second,
+        )
     )
-    click.echo("seconds   runs written/s  write p50 / max ms   sweeps  runs settled  sweep max ms")
+    due_at = dict(
+        (int(at // BACKLOG_EVERY_S) * int(BACKLOG_EVERY_S), due) for at, due in figures.backlog
+    )
+    click.echo(
+        "seconds   runs written/s  write p50 / max ms   sweeps  runs settled  sweep max ms"
+        "  due after"
+    )
     for window in range(0, int(duration), 10):
         writes = [w for w in figures.writes if window <= w[0] < window + 10]
         sweeps = [s for s in figures.sweeps if window <= s[0] < window + 10]
@@ -131,6 +187,7 @@ def main(database_url: str, duration: float, quiet: float, runs_per_write: int) 
             f"  {statistics.median(latencies):8.0f} / {max(latencies):6.0f}"
             f"  {len(sweeps):8d}  {sum(s[2] for s in sweeps):12d}"
             f"  {max((s[1] * 1000 for s in sweeps), default=0):12.0f}"
+            f"  {due_at.get(window + 10, figures.due if window + 10 >= duration else '-'):>9}"
         )
     written = sum(w[2] for w in figures.writes)
     click.echo(
