@@ -109,8 +109,9 @@ def _settings(**overrides: object) -> Settings:
 @click.option(
     "--processes",
     type=click.IntRange(min=1, max=64),
-    help="Processes decoding OTLP/HTTP bodies (FAULTFINDER_PROCESSES, default 1: in the "
-    "serving process; N: N - 1 decoder processes beside it, one span writer either way).",
+    help="Processes to run on (FAULTFINDER_PROCESSES; default 2 on two cores or more, else "
+    "1). From 2 the online auditor runs in its own process and any further ones decode "
+    "OTLP/HTTP bodies; one span writer whatever the number.",
 )
 @click.option(
     "--log-level",

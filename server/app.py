@@ -40,6 +40,7 @@ from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
 from faultfinder.server.attribution import AttributionService, AttributionWorker
 from faultfinder.server.audit import AuditLimits, OnlineAuditor
+from faultfinder.server.audit_process import AuditorProcess
 from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.composition import (
     attributor_context_for,
@@ -182,7 +183,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             metrics.alarms.labels(alarm.agent).inc()
             events.publish(RUN_CHANGED, {"run_id": alarm.run_id})
 
-        decoder = BodyDecoder(settings.processes)
+        decoder = BodyDecoder(settings.decoder_processes)
         switch_interval = sys.getswitchinterval()
         sweeper = LifecycleSweeper(store, jobs, settings, events)
         app.state.update(
@@ -213,7 +214,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
                 await daemons.enter_async_context(sweeper)
-                if settings.audit:
+                if settings.audit_in_process:
+                    await daemons.enter_async_context(
+                        AuditorProcess(settings, on_alarm=raise_alarm)
+                    )
+                elif settings.audit:
                     await daemons.enter_async_context(
                         OnlineAuditor(
                             store,

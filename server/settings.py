@@ -31,6 +31,11 @@ class SettingsError(ValueError):
     """A setting has an invalid value; the message names the setting and its variable."""
 
 
+def default_processes() -> int:
+    """2 where this process may run on two cores or more (its CPU affinity), else 1."""
+    return 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+
+
 class Settings(BaseSettings):
     """Every knob of the sidecar, each documented; env var = `FAULTFINDER_` + upper-case name."""
 
@@ -124,13 +129,26 @@ class Settings(BaseSettings):
         description="Python modules imported at start-up that register extra attributors.",
     )
     processes: int = Field(
-        default=1,
+        default_factory=default_processes,
         ge=1,
         le=64,
-        description="Processes that decode OTLP/HTTP bodies: 1 decodes in the serving "
-        "process; N starts N - 1 decoder processes beside it (one writer either way), so "
-        "ingest uses more than one core.",
+        description="Processes the sidecar runs on (one span writer whatever the number): "
+        "1 does everything in the serving process; from 2, the online auditor (when on) "
+        "scores runs in a process of its own and the rest decode OTLP/HTTP bodies, so "
+        "ingest and auditing use more than one core. Default: 2 where the process may "
+        "run on two cores or more, else 1.",
     )
+
+    @property
+    def audit_in_process(self) -> bool:
+        """Whether the online auditor runs in a process of its own."""
+        return self.audit and self.processes >= 2
+
+    @property
+    def decoder_processes(self) -> int:
+        """Processes that decode OTLP/HTTP bodies beside the serving one."""
+        return self.processes - 1 - int(self.audit_in_process)
+
     workers: int = Field(
         default=1,
         ge=0,

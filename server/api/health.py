@@ -7,6 +7,7 @@ from litestar.di import NamedDependency
 
 from faultfinder.server.api.schemas import Health, IngestStats
 from faultfinder.server.ingest import SpanWriter
+from faultfinder.server.otlp.pool import BodyDecoder
 from faultfinder.server.store import SpanStore
 
 
@@ -38,7 +39,10 @@ class HealthController(Controller):
         "/api/stats/ingest", operation_id="ingestStats", summary="Spans received, stored, rejected"
     )
     async def ingest_stats(
-        self, writer: NamedDependency[SpanWriter], store: NamedDependency[SpanStore]
+        self,
+        writer: NamedDependency[SpanWriter],
+        store: NamedDependency[SpanStore],
+        decoder: NamedDependency[BodyDecoder],
     ) -> IngestStats:
         counters = writer.counters
         return IngestStats(
@@ -51,4 +55,6 @@ class HealthController(Controller):
             write_errors=counters.write_errors,
             batches_written=counters.batches_written,
             values_truncated=counters.values_truncated,
+            decoder_pids=decoder.pids(),
+            decoder_restarts=decoder.restarts,
         )

@@ -65,6 +65,10 @@ class IngestStats(BaseModel):
     values_truncated: int = 0
     """Attribute values cut to the size cap (or replaced for nesting too deeply) at decode;
     their spans were kept."""
+    decoder_pids: list[int] = []
+    """The processes decoding OTLP/HTTP bodies beside this one (`serve --processes`)."""
+    decoder_restarts: int = 0
+    """Times the decoder processes were started again after one died."""
 
 
 class Health(BaseModel):

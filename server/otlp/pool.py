@@ -2,7 +2,8 @@
 
 One Python process decodes, maps and stores every span on one core (the GIL): with
 `serve --processes N` the sidecar keeps its one event loop and its one span writer, and
-N - 1 decoder processes decompress and decode the request bodies. A body crosses to a
+decoder processes decompress and decode the request bodies (the processes the online
+auditor does not take: `server/audit_process.py`). A body crosses to a
 decoder as bytes; its spans come back as plain tuples (cheaper to unpickle than the
 frozen dataclasses) and are rebuilt here, so the serving process spends about a fifth
 of the decoding's CPU on each span (`benchmarks/reports/ingest.md`).
@@ -145,13 +146,13 @@ def _ready() -> bool:
 
 
 class BodyDecoder:
-    """Decodes OTLP bodies in place (`processes` 1) or in `processes - 1` decoder
-    processes (bodies of at least `POOL_MIN_BYTES`)."""
+    """Decodes OTLP bodies in place (no `decoders`) or in that many decoder processes
+    (bodies of at least `POOL_MIN_BYTES`)."""
 
-    def __init__(self, processes: int = 1) -> None:
-        if processes < 1:
-            raise ValueError(f"processes must be at least 1, got {processes}")
-        self.decoders = processes - 1
+    def __init__(self, decoders: int = 0) -> None:
+        if decoders < 0:
+            raise ValueError(f"decoders must be at least 0, got {decoders}")
+        self.decoders = decoders
         self._pool: ProcessPoolExecutor | None = None
         self.restarts = 0
         """Times a broken pool (a decoder died) was replaced."""
@@ -164,6 +165,13 @@ class BodyDecoder:
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_quiet_worker,
         )
+
+    def pids(self) -> list[int]:
+        """The decoder processes' ids (empty when decoding in place)."""
+        pool = self._pool
+        # The pool's own table of its processes: it has no public accessor.
+        processes = getattr(pool, "_processes", None) or {}
+        return sorted(processes)
 
     async def start(self) -> None:
         """Start the decoder processes and wait until each has imported the decoder, so

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -79,6 +80,22 @@ def _wait_until(
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} not ready after 60 s:\n{_read(log_path)}")
         time.sleep(0.05)
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The processes `pid` started with multiprocessing's spawn (`serve --processes`: the
+    online auditor's, the decoders'), not multiprocessing's own resource tracker."""
+    # Each thread lists the children it started (the auditor's is started from a worker
+    # thread).
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            children += (task / "children").read_text().split()
+    return [
+        int(child)
+        for child in children
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
 
 
 @contextmanager

@@ -1,6 +1,6 @@
-"""`serve --processes 2`: OTLP/HTTP bodies decoded in a decoder process beside the
-serving one store exactly what decoding in place stores, answer the same errors, and a
-decoder that dies loses no request."""
+"""`serve --processes 3`: OTLP/HTTP bodies decoded in a decoder process beside the
+serving one (and the online auditor's) store exactly what decoding in place stores,
+answer the same errors, and a decoder that dies loses no request."""
 
 from __future__ import annotations
 
@@ -18,20 +18,15 @@ from faultfinder.server.db.engine import create_engine
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.otlp.pool import POOL_MIN_BYTES
 from faultfinder.server.store import SpanStore
-from tests.integration.sidecar import running_sidecar
+from tests.integration.sidecar import running_sidecar, spawned_children
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
 
-def _decoders(pid: int) -> list[int]:
-    """The sidecar's decoder processes (its spawned children, not multiprocessing's
-    resource tracker)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [
-        int(child)
-        for child in children
-        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()
-    ]
+def _decoders(client: httpx.Client) -> list[int]:
+    """The sidecar's decoder processes, as it reports them; each is its spawned child."""
+    pids: list[int] = client.get("/api/stats/ingest").json()["decoder_pids"]
+    return pids
 
 
 def _stored(database_url: str) -> dict[str, list[SpanRecord]]:
@@ -56,7 +51,7 @@ def test_spans_decoded_in_a_decoder_process_are_stored_as_decoding_in_place_stor
     assert all(len(r.body) >= POOL_MIN_BYTES for r in [*protobuf, *json_gzip])
     assert len(small[0].body) < POOL_MIN_BYTES  # decoded in place either way
     stored = {}
-    for processes in ("1", "2"):
+    for processes in ("1", "3"):
         url = f"sqlite+aiosqlite:///{tmp_path / f'p{processes}.db'}"
         folder = tmp_path / f"p{processes}"
         folder.mkdir()
@@ -64,14 +59,16 @@ def test_spans_decoded_in_a_decoder_process_are_stored_as_decoding_in_place_stor
             running_sidecar(url, folder, FAULTFINDER_PROCESSES=processes) as sidecar,
             httpx.Client(base_url=sidecar.url, timeout=30) as client,
         ):
-            assert len(_decoders(sidecar.process.pid)) == int(processes) - 1
+            decoders = _decoders(client)
+            assert len(decoders) == (0 if processes == "1" else 1)
+            assert set(decoders) <= set(spawned_children(sidecar.process.pid))
             for prepared in [*protobuf, *json_gzip, *small]:
                 answer = client.post("/v1/traces", content=prepared.body, headers=prepared.headers)
                 assert answer.status_code == 200, answer.text
             assert client.get("/api/stats/ingest").json()["spans_stored"] == 903
         stored[processes] = _stored(url)
-    assert sum(map(len, stored["2"].values())) == 903
-    assert stored["2"] == stored["1"]
+    assert sum(map(len, stored["3"].values())) == 903
+    assert stored["3"] == stored["1"]
 
 
 def test_a_decoder_process_answers_bad_bodies_as_the_serving_process_does(
@@ -80,6 +77,7 @@ def test_a_decoder_process_answers_bad_bodies_as_the_serving_process_does(
     url = f"sqlite+aiosqlite:///{tmp_path / 'errors.db'}"
     env = {
         "FAULTFINDER_PROCESSES": "2",
+        "FAULTFINDER_AUDIT": "false",  # both processes beyond the first decode
         "FAULTFINDER_MAX_SPANS_PER_REQUEST": "50",
         "FAULTFINDER_MAX_DECOMPRESSED_BYTES": str(4 * 1024 * 1024),
     }
@@ -106,25 +104,25 @@ def test_a_decoder_process_answers_bad_bodies_as_the_serving_process_does(
         # The decoder is still there and still decoding.
         good = prepare_requests(40, batch=40, body_format=BodyFormat.PROTOBUF)[0]
         assert client.post("/v1/traces", content=good.body, headers=PROTOBUF).status_code == 200
-        assert len(_decoders(sidecar.process.pid)) == 1
+        assert len(_decoders(client)) == 1
 
 
 def test_a_decoder_that_dies_loses_no_request_and_is_started_again(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'killed.db'}"
     requests = prepare_requests(300, batch=100, body_format=BodyFormat.PROTOBUF)
     with (
-        running_sidecar(url, tmp_path, FAULTFINDER_PROCESSES="2") as sidecar,
+        running_sidecar(url, tmp_path, FAULTFINDER_PROCESSES="3") as sidecar,
         httpx.Client(base_url=sidecar.url, timeout=30) as client,
     ):
-        pid = sidecar.process.pid
-        (decoder,) = _decoders(pid)
+        (decoder,) = _decoders(client)
         os.kill(decoder, signal.SIGKILL)
         for prepared in requests:
             answer = client.post("/v1/traces", content=prepared.body, headers=prepared.headers)
             assert answer.status_code == 200, answer.text
         assert client.get("/api/stats/ingest").json()["spans_stored"] == 300
         deadline = time.monotonic() + 30
-        while not (_decoders(pid) and decoder not in _decoders(pid)):
+        while not (_decoders(client) and decoder not in _decoders(client)):
             assert time.monotonic() < deadline, "no new decoder process"
             time.sleep(0.1)
+        assert client.get("/api/stats/ingest").json()["decoder_restarts"] == 1
     assert "an OTLP decoder process died" in sidecar.log()

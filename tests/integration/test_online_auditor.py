@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import html
+import os
+import signal
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from faultfinder.attributors.auditor import Alarm, Auditor
 from faultfinder.benchmarks.datasets import load_dataset
@@ -14,7 +17,7 @@ from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.audit import AuditLimits, OnlineAuditor
 from faultfinder.server.otlp.mapping import run_facts
 from faultfinder.server.store import AlarmStore, SpanStore
-from tests.integration.sidecar import running_sidecar
+from tests.integration.sidecar import running_sidecar, spawned_children
 from tests.otlp_helpers import protobuf_body, span_records, trajectory_spans
 
 
@@ -129,17 +132,32 @@ async def test_runs_over_the_audit_span_limit_are_left_alone_and_batches_stay_sm
     assert await auditor.audit_once() == []  # the skipped runs are not read again
 
 
+@pytest.mark.parametrize(
+    "processes",
+    [
+        pytest.param("1", id="auditor-in-the-serving-process"),
+        pytest.param("2", id="auditor-in-its-own-process"),
+    ],
+)
 def test_the_sidecar_exposes_early_alarms_in_the_api_and_metrics(
-    sqlite_database_url: str, tmp_path: Path
+    sqlite_database_url: str, tmp_path: Path, processes: str
 ) -> None:
     record = next(r for r in load_dataset("who_and_when:hand-crafted") if len(r.trajectory) > 60)
     spans = trajectory_spans(record.trajectory)
     steps = [span for span in spans if span.parent is not None]  # the root has not ended yet
-    env = {"FAULTFINDER_AUDIT_INTERVAL": "0.2", "FAULTFINDER_QUIET_PERIOD": "600"}
+    env = {
+        "FAULTFINDER_AUDIT_INTERVAL": "0.2",
+        "FAULTFINDER_QUIET_PERIOD": "600",
+        "FAULTFINDER_PROCESSES": processes,
+    }
     with (
         running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
         httpx.Client(base_url=sidecar.url, timeout=30) as client,
     ):
+        if processes == "2":
+            # Killed, the auditor's process is started again and still raises the alarm.
+            (auditor,) = spawned_children(sidecar.process.pid)
+            os.kill(auditor, signal.SIGKILL)
         for start in range(0, len(steps), 10):
             body = protobuf_body(steps[start : start + 10])
             headers = {"content-type": "application/x-protobuf"}
@@ -163,3 +181,5 @@ def test_the_sidecar_exposes_early_alarms_in_the_api_and_metrics(
         assert 'id="alarm"' in page and alarm["reason"] in html.unescape(page)
         metrics = client.get("/metrics").text
         assert f'faultfinder_early_alarms_total{{agent="{alarm["agent"]}"}} 1.0' in metrics
+    if processes == "2":
+        assert "the online auditor's process ended" in sidecar.log()

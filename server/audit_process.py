@@ -1,0 +1,188 @@
+"""The online auditor in a process of its own (`serve --processes 2` and more).
+
+In the serving process the auditor's scoring shares one core with ingest (the GIL):
+under a flood of new runs it takes its `busy_share` of that core, and ingest the rest.
+Here it runs in a spawned process with its own database connections: it reads the
+running runs, scores them and stores its alarms itself, and sends each alarm it stored
+back over a pipe, where the serving process announces it (webhooks, metrics, the
+dashboard's live updates) as if it had raised it. A process that dies is started again
+after `RESTART_DELAY` seconds; alarms are idempotent per run, so one raised twice is
+stored and announced once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from faultfinder.attributors.auditor import Alarm
+from faultfinder.server.audit import AuditLimits, OnAlarm, OnlineAuditor
+from faultfinder.server.daemon import Daemon
+from faultfinder.server.settings import Settings
+
+__all__ = ["RESTART_DELAY", "AuditorProcess"]
+
+log = logging.getLogger(__name__)
+
+RESTART_DELAY = 1.0
+"""Seconds before an auditor process that died is started again."""
+
+_POLL_S = 0.25
+_STOP = "stop"
+
+
+class AuditorProcess(Daemon):
+    """Daemon: runs `OnlineAuditor` in a child process and announces its alarms here."""
+
+    name = "faultfinder-auditor-process"
+
+    def __init__(self, settings: Settings, *, on_alarm: OnAlarm | None = None) -> None:
+        super().__init__()
+        self._settings = settings
+        self._on_alarm = on_alarm
+        self._process: BaseProcess | None = None
+        self._connection: Connection | None = None
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def _spawn(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=audit_in_process,
+            args=(self._settings, theirs, logging.getLogger().getEffectiveLevel()),
+            name="faultfinder-auditor",
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        self._process, self._connection = process, ours
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._spawn)
+        await super().start()
+
+    async def run(self) -> None:
+        while not self.stopping:
+            connection = self._connection
+            assert connection is not None
+            try:
+                await _readable(connection)
+                alarm = connection.recv()
+            except (EOFError, OSError):
+                if self.stopping:
+                    return
+                await self._restart()
+                continue
+            if isinstance(alarm, Alarm) and self._on_alarm is not None:
+                try:
+                    await self._on_alarm(alarm)
+                except Exception:
+                    log.exception("announcing the alarm on run %s failed", alarm.run_id)
+
+    async def _restart(self) -> None:
+        process = self._process
+        code = process.exitcode if process is not None else None
+        log.error(
+            "the online auditor's process ended (exit code %s); starting it again in %g s",
+            code,
+            RESTART_DELAY,
+        )
+        if await self.pause(RESTART_DELAY):
+            return
+        await asyncio.to_thread(self._end)
+        await asyncio.to_thread(self._spawn)
+        self.restarts += 1
+
+    def _end(self) -> None:
+        """Ask the process to stop, then make sure it has."""
+        process, connection = self._process, self._connection
+        if connection is not None:
+            with contextlib.suppress(OSError, EOFError, BrokenPipeError):
+                connection.send(_STOP)
+        if process is not None:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        if connection is not None:
+            connection.close()
+        self._process = self._connection = None
+
+    async def stop(self) -> None:
+        await super().stop()
+        await asyncio.to_thread(self._end)
+
+
+async def _readable(connection: Connection) -> None:
+    """Wait until `connection` has something to read (a message, or the end of the pipe
+    when the process is gone)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(connection.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(connection.fileno())
+
+
+def audit_in_process(settings: Settings, connection: Connection, log_level: int) -> None:
+    """The auditor process's body: audit until the serving process says stop or goes."""
+    # Ctrl-C reaches the whole process group; the serving process decides when this stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from faultfinder.server.logs import configure_logging
+
+    configure_logging(logging.getLevelName(log_level).lower())
+    asyncio.run(_audit(settings, connection))
+
+
+async def _audit(settings: Settings, connection: Connection) -> None:
+    from faultfinder.server.composition import auditor_for, learned_model_for
+    from faultfinder.server.db.engine import create_engine
+    from faultfinder.server.store import AlarmStore, SpanStore
+
+    parent = os.getppid()
+    engine = create_engine(settings.database_url)
+    store = SpanStore(
+        engine,
+        group_by_conversation=settings.group_by_conversation,
+        max_spans_per_run=settings.max_spans_per_run,
+    )
+
+    async def forward(alarm: Alarm) -> None:
+        with contextlib.suppress(OSError, BrokenPipeError):
+            connection.send(alarm)
+
+    try:
+        learned_model = await asyncio.to_thread(learned_model_for, settings)
+        async with OnlineAuditor(
+            store,
+            AlarmStore(engine),
+            auditor=auditor_for(learned_model),
+            interval=settings.audit_interval,
+            limits=AuditLimits(busy_share=settings.audit_busy_share),
+            on_alarm=forward,
+        ):
+            while os.getppid() == parent:
+                try:
+                    if connection.poll(0) and connection.recv() == _STOP:
+                        break
+                except (EOFError, OSError):
+                    break  # the serving process is gone
+                await asyncio.sleep(_POLL_S)
+    finally:
+        await engine.dispose()
