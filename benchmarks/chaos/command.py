@@ -75,6 +75,15 @@ def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
     help="Seconds of overload.",
 )
 @click.option(
+    "--overload-connections",
+    type=click.IntRange(min=1),
+    default=OverloadDrill.max_in_flight,
+    show_default=True,
+    help="Connections the overload's senders may hold open: the sidecar sees at most this "
+    "many requests at once, so its queue fills (and it sheds load with 503) only when they "
+    "carry more spans than the queue holds.",
+)
+@click.option(
     "--pin",
     default=None,
     metavar="SERVER:LOAD",
@@ -142,6 +151,7 @@ def chaos_command(
     duration: float,
     overload_factor: float | None,
     overload_duration: float,
+    overload_connections: int,
     pin: str | None,
     queue_spans: int | None,
     attributors: str,
@@ -191,7 +201,11 @@ def chaos_command(
         seed=seed,
     )
     overload_drill = (
-        OverloadDrill(factor=overload_factor, duration=overload_duration)
+        OverloadDrill(
+            factor=overload_factor,
+            duration=overload_duration,
+            max_in_flight=overload_connections,
+        )
         if overload_factor is not None
         else None
     )

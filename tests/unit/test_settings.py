@@ -66,3 +66,33 @@ def test_the_llm_prefilter_setting_reaches_every_llm_attributor(
     monkeypatch.delenv("FAULTFINDER_LLM_PREFILTER_TOP_K")
     a2p = get_attributor("a2p", attributor_context_for(load_settings(), None))
     assert a2p.prefilter_top_k == 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("cores", "audit", "processes", "auditor_apart", "decoders"),
+    [
+        ({0}, "true", None, False, 0),  # one core: everything in one process
+        ({0, 1}, "true", None, True, 0),  # two: the auditor in its own process
+        ({0, 1}, "false", None, False, 1),  # auditor off: the second process decodes
+        ({0, 1, 2, 3}, "true", "4", True, 2),
+        ({0, 1}, "true", "1", False, 0),  # asked for one process: one
+    ],
+)
+def test_processes_default_to_two_on_two_cores_and_the_auditor_takes_the_second(
+    monkeypatch: pytest.MonkeyPatch,
+    cores: set[int],
+    audit: str,
+    processes: str | None,
+    auditor_apart: bool,
+    decoders: int,
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: cores)
+    monkeypatch.setenv("FAULTFINDER_AUDIT", audit)
+    if processes is None:
+        monkeypatch.delenv("FAULTFINDER_PROCESSES", raising=False)
+    else:
+        monkeypatch.setenv("FAULTFINDER_PROCESSES", processes)
+    settings = load_settings()
+    assert settings.processes == (int(processes) if processes else min(len(cores), 2))
+    assert settings.audit_in_process is auditor_apart
+    assert settings.decoder_processes == decoders
