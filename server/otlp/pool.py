@@ -94,44 +94,27 @@ def _decode_to_wire(request: DecodeRequest) -> _Wire:
 def _from_wire(wire: _Wire) -> DecodedBatch:
     spans, rejected, error_message, reasons, truncated = wire
     return DecodedBatch(
-        spans=[
-            SpanRecord(
-                trace_id,
-                span_id,
-                parent,
-                name,
-                start,
-                end,
-                kind,
-                StatusCode(status),
-                message,
-                attributes,
-                tuple(SpanEvent(*event) for event in events),
-                resource,
-                scope,
-                project,
-            )
-            for (
-                trace_id,
-                span_id,
-                parent,
-                name,
-                start,
-                end,
-                kind,
-                status,
-                message,
-                attributes,
-                events,
-                resource,
-                scope,
-                project,
-            ) in spans
-        ],
+        spans=[_span_from_wire(fields) for fields in spans],
         rejected=rejected,
         error_message=error_message,
         reasons=reasons,
         truncated_values=truncated,
+    )
+
+
+def _span_from_wire(fields: tuple[Any, ...]) -> SpanRecord:
+    """The `SpanRecord` of one tuple of `_decode_to_wire` (its fields in order; the status
+    as a number, the events as tuples)."""
+    *head, status, message, attributes, events, resource, scope, project = fields
+    return SpanRecord(
+        *head,
+        StatusCode(status),
+        message,
+        attributes,
+        tuple(SpanEvent(*event) for event in events),
+        resource,
+        scope,
+        project,
     )
 
 
