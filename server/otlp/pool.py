@@ -17,6 +17,7 @@ never loses a request or stops ingest.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import multiprocessing
 import signal
@@ -66,28 +67,22 @@ def decode_body(request: DecodeRequest) -> DecodedBatch:
 _Wire = tuple[list[tuple[Any, ...]], int, str, dict[str, int], int]
 
 
+_FIELDS = tuple(field.name for field in dataclasses.fields(SpanRecord))
+"""`SpanRecord`'s fields, in the order its tuples carry them."""
+
+
 def _decode_to_wire(request: DecodeRequest) -> _Wire:
-    """In a decoder process: `decode_body`, with the spans as tuples."""
+    """In a decoder process: `decode_body`, with the spans as tuples (the status as a
+    number, the events as tuples)."""
     batch = decode_body(request)
-    spans = [
-        (
-            span.trace_id,
-            span.span_id,
-            span.parent_span_id,
-            span.name,
-            span.start_time_unix_nano,
-            span.end_time_unix_nano,
-            span.kind,
-            int(span.status_code),
-            span.status_message,
-            span.attributes,
-            [(event.name, event.time_unix_nano, event.attributes) for event in span.events],
-            span.resource_attributes,
-            span.scope_name,
-            span.project,
-        )
-        for span in batch.spans
-    ]
+    spans = []
+    for span in batch.spans:
+        values = {name: getattr(span, name) for name in _FIELDS}
+        values["status_code"] = int(span.status_code)
+        values["events"] = [
+            (event.name, event.time_unix_nano, event.attributes) for event in span.events
+        ]
+        spans.append(tuple(values.values()))
     return spans, batch.rejected, batch.error_message, batch.reasons, batch.truncated_values
 
 
@@ -103,19 +98,10 @@ def _from_wire(wire: _Wire) -> DecodedBatch:
 
 
 def _span_from_wire(fields: tuple[Any, ...]) -> SpanRecord:
-    """The `SpanRecord` of one tuple of `_decode_to_wire` (its fields in order; the status
-    as a number, the events as tuples)."""
-    *head, status, message, attributes, events, resource, scope, project = fields
-    return SpanRecord(
-        *head,
-        StatusCode(status),
-        message,
-        attributes,
-        tuple(SpanEvent(*event) for event in events),
-        resource,
-        scope,
-        project,
-    )
+    values = dict(zip(_FIELDS, fields, strict=True))
+    values["status_code"] = StatusCode(values["status_code"])
+    values["events"] = tuple(SpanEvent(*event) for event in values["events"])
+    return SpanRecord(**values)
 
 
 def _quiet_worker() -> None:
