@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
-import os
 import signal
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -33,7 +32,6 @@ log = logging.getLogger(__name__)
 RESTART_DELAY = 1.0
 """Seconds before an auditor process that died is started again."""
 
-_POLL_S = 0.25
 _STOP = "stop"
 
 
@@ -155,7 +153,6 @@ async def _audit(settings: Settings, connection: Connection) -> None:
     from faultfinder.server.db.engine import create_engine
     from faultfinder.server.store import AlarmStore, SpanStore
 
-    parent = os.getppid()
     engine = create_engine(settings.database_url)
     store = SpanStore(
         engine,
@@ -177,12 +174,8 @@ async def _audit(settings: Settings, connection: Connection) -> None:
             limits=AuditLimits(busy_share=settings.audit_busy_share),
             on_alarm=forward,
         ):
-            while os.getppid() == parent:
-                try:
-                    if connection.poll(0) and connection.recv() == _STOP:
-                        break
-                except (EOFError, OSError):
-                    break  # the serving process is gone
-                await asyncio.sleep(_POLL_S)
+            # Until the serving process says stop, or goes: its end of the pipe closes
+            # then, which reads as the end of the pipe here.
+            await _readable(connection)
     finally:
         await engine.dispose()
