@@ -39,14 +39,13 @@ from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
 from faultfinder.server.attribution import AttributionService, AttributionWorker
-from faultfinder.server.audit import AuditLimits, OnlineAuditor
 from faultfinder.server.audit_process import AuditorProcess
 from faultfinder.server.auth import KeyRing, require_key
 from faultfinder.server.composition import (
     attributor_context_for,
-    auditor_for,
     learned_model_for,
     load_plugins,
+    online_auditor_for,
 )
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
@@ -220,13 +219,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     )
                 elif settings.audit:
                     await daemons.enter_async_context(
-                        OnlineAuditor(
-                            store,
-                            alarms,
-                            auditor=auditor_for(learned_model),
-                            interval=settings.audit_interval,
-                            limits=AuditLimits(busy_share=settings.audit_busy_share),
-                            on_alarm=raise_alarm,
+                        online_auditor_for(
+                            settings, store, alarms, learned_model, on_alarm=raise_alarm
                         )
                     )
                 if settings.workers:

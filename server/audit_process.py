@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from faultfinder.attributors.auditor import Alarm
-from faultfinder.server.audit import AuditLimits, OnAlarm, OnlineAuditor
+from faultfinder.server.audit import OnAlarm
 from faultfinder.server.daemon import Daemon
 from faultfinder.server.settings import Settings
 
@@ -46,11 +46,6 @@ class AuditorProcess(Daemon):
         self._on_alarm = on_alarm
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
-        self.restarts = 0
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     def _spawn(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -99,7 +94,6 @@ class AuditorProcess(Daemon):
             return
         await asyncio.to_thread(self._end)
         await asyncio.to_thread(self._spawn)
-        self.restarts += 1
 
     def _end(self) -> None:
         """Ask the process to stop, then make sure it has."""
@@ -149,7 +143,7 @@ def audit_in_process(settings: Settings, connection: Connection, log_level: int)
 
 
 async def _audit(settings: Settings, connection: Connection) -> None:
-    from faultfinder.server.composition import auditor_for, learned_model_for
+    from faultfinder.server.composition import learned_model_for, online_auditor_for
     from faultfinder.server.db.engine import create_engine
     from faultfinder.server.store import AlarmStore, SpanStore
 
@@ -166,13 +160,8 @@ async def _audit(settings: Settings, connection: Connection) -> None:
 
     try:
         learned_model = await asyncio.to_thread(learned_model_for, settings)
-        async with OnlineAuditor(
-            store,
-            AlarmStore(engine),
-            auditor=auditor_for(learned_model),
-            interval=settings.audit_interval,
-            limits=AuditLimits(busy_share=settings.audit_busy_share),
-            on_alarm=forward,
+        async with online_auditor_for(
+            settings, store, AlarmStore(engine), learned_model, on_alarm=forward
         ):
             # Until the serving process says stop, or goes: its end of the pipe closes
             # then, which reads as the end of the pipe here.

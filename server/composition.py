@@ -18,12 +18,15 @@ from faultfinder.server.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
     from faultfinder.attributors.context import AttributorContext
+    from faultfinder.server.audit import OnAlarm, OnlineAuditor
+    from faultfinder.server.store import AlarmStore, SpanStore
 
 __all__ = [
     "attributor_context_for",
     "auditor_for",
     "learned_model_for",
     "load_plugins",
+    "online_auditor_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,4 +95,26 @@ def attributor_context_for(
     )
     return AttributorContext(
         llm=model, prefilter_top_k=settings.llm_prefilter_top_k, learned_model=learned_model
+    )
+
+
+def online_auditor_for(
+    settings: Settings,
+    store: SpanStore,
+    alarms: AlarmStore,
+    learned_model: StepModel | None,
+    *,
+    on_alarm: OnAlarm | None,
+) -> OnlineAuditor:
+    """The online auditor daemon of `settings` (in the serving process, or in its own:
+    `server/audit_process.py`)."""
+    from faultfinder.server.audit import AuditLimits, OnlineAuditor
+
+    return OnlineAuditor(
+        store,
+        alarms,
+        auditor=auditor_for(learned_model),
+        interval=settings.audit_interval,
+        limits=AuditLimits(busy_share=settings.audit_busy_share),
+        on_alarm=on_alarm,
     )
