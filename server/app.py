@@ -52,7 +52,7 @@ from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
 from faultfinder.server.ingest import SpanWriter
-from faultfinder.server.logs import logging_config
+from faultfinder.server.logs import flush_logs, logging_config
 from faultfinder.server.metrics import ServerMetrics
 from faultfinder.server.otlp.mapping import run_id_of
 from faultfinder.server.otlp.pool import BodyDecoder
@@ -249,6 +249,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             events.close()
             await attribution.aclose()
             await engine.dispose()
+            await asyncio.to_thread(flush_logs)
 
     app = Litestar(
         dependencies=DEPENDENCIES,

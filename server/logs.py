@@ -9,11 +9,19 @@ traceback still follows its record on lines of its own.
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import re
 
 from litestar.logging.config import LoggingConfig
 
-__all__ = ["FORMAT", "OneLineFormatter", "configure_logging", "logging_config", "one_line"]
+__all__ = [
+    "FORMAT",
+    "OneLineFormatter",
+    "configure_logging",
+    "flush_logs",
+    "logging_config",
+    "one_line",
+]
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -48,3 +56,21 @@ def logging_config() -> LoggingConfig:
         formatters={"standard": {"()": OneLineFormatter, "format": FORMAT}},
         root={"handlers": ["queue_listener"], "level": level},
     )
+
+
+def flush_logs() -> None:
+    """Write out every record still waiting in a queue handler's listener thread.
+
+    The web app logs through a queue (`logging_config`) that is otherwise emptied at
+    exit, but a server stopped by SIGTERM ends by re-raising the signal, and a process
+    killed by its signal runs no exit hooks: the last records before it (the shutdown's
+    own, such as spans given up as unstored) would be lost. The listener is stopped,
+    which drains its queue, and started again, so later records are still written.
+    """
+    for handler in logging.getLogger().handlers:
+        listener = getattr(handler, "listener", None)
+        # (a listener never started, or stopped at exit, has no thread to drain)
+        if isinstance(listener, logging.handlers.QueueListener) and listener._thread:
+            listener.stop()
+            listener.start()
+        handler.flush()
