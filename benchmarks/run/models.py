@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -83,13 +84,23 @@ def prefilter_folds(
 @contextmanager
 def terminate_cleanly() -> Iterator[None]:
     """SIGTERM (kill) unwinds like Ctrl-C: results so far stay on disk, run.json is
-    updated and a local model server is stopped instead of being left running."""
+    updated and a local model server is stopped instead of being left running.
+
+    It is handed to whatever handles Ctrl-C at that moment: inside `asyncio.run` that is
+    the runner's own handler, which cancels the main task so that it unwinds through its
+    awaits (a KeyboardInterrupt raised at an arbitrary point of the event loop's own code
+    can leave the loop unable to finish, and the command hanging); elsewhere Python's
+    default, which raises KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        on_ctrl_c = signal.getsignal(signal.SIGINT)
+        if callable(on_ctrl_c):
+            on_ctrl_c(signal.SIGINT, frame)
+            return
+        raise KeyboardInterrupt  # Ctrl-C ignored here (a background job): stop all the same
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
