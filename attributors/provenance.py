@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 import math
 import re
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from faultfinder.attributors.model import Step, StepKind
 
-__all__ = ["Provenance", "ValueFacts", "derivable"]
+__all__ = ["Provenance", "ValueFacts", "derivable", "tool_calls"]
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _POOL = 40
@@ -87,11 +88,17 @@ def _unary(a: float) -> Iterator[float]:
     yield (a - 32) / 1.8
 
 
+@functools.lru_cache(maxsize=4096)
+def _unary_of(a: float) -> tuple[float, ...]:
+    """`_unary(a)`, kept: a figure stays in the pool of recent figures for many steps."""
+    return tuple(_unary(a))
+
+
 @functools.lru_cache(maxsize=32)
 def _unary_sorted(pool: tuple[float, ...]) -> list[float]:
     """Every `_unary` of `pool`, sorted: a pool is checked against many figures while it
     stays the same, so its derivations are computed once."""
-    return sorted(derived for a in pool for derived in _unary(a))
+    return sorted(itertools.chain.from_iterable(map(_unary_of, pool)))
 
 
 def derivable(value: float, pool: list[float]) -> bool:
@@ -162,13 +169,41 @@ def _string_values(value: object, key: str = "") -> list[tuple[str, str]]:
     return []
 
 
+def _calls_in(text: str) -> list[tuple[str, str]]:
+    """Every `name({...})` of a text: (name, the braces' text). Most steps have none, and
+    the pattern's search is slow on long texts, so it runs only where `({` occurs."""
+    if "({" not in text:
+        return []
+    return [(m.group(1), m.group(2)) for m in _CALL.finditer(text)]
+
+
+def tool_calls(step: Step) -> list[tuple[str, str]]:
+    """The tool calls a step shows (its `tool_name` with `tool_arguments`, and every
+    `name({...})` in its text), each as (tool, its arguments as canonical JSON: keys
+    sorted, no spaces), in order and without duplicates. Arguments that are not a JSON
+    object are left out."""
+    raw: list[tuple[str, str]] = []
+    if step.tool_name and step.tool_arguments:
+        raw.append((step.tool_name, step.tool_arguments))
+    raw.extend(_calls_in(step.content))
+    found: dict[tuple[str, str], None] = {}
+    for tool, text in raw:
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            found[(tool, json.dumps(parsed, sort_keys=True, separators=(",", ":")))] = None
+    return list(found)
+
+
 def _arguments(step: Step) -> list[tuple[str, str, str]]:
     """The naming argument values of the tool calls a step shows: its `tool_arguments`
     and every `name({...})` in its text. (tool, argument, value)"""
     calls: list[tuple[str, str]] = []
     if step.tool_arguments:
         calls.append((step.tool_name or "tool", step.tool_arguments))
-    calls.extend((m.group(1), m.group(2)) for m in _CALL.finditer(step.content))
+    calls.extend(_calls_in(step.content))
     found: dict[tuple[str, str, str], None] = {}
     for tool, raw in calls:
         try:
@@ -249,6 +284,8 @@ class Provenance:
         """The step's naming arguments that nothing observed names, and whether any of
         its naming arguments is absent from the task."""
         arguments = _arguments(step)
+        if not arguments:
+            return (), False
         seen = "\n".join(self._seen_text)
         task = self._seen_text[0]
         unseen = tuple(call for call in arguments if call[2].casefold() not in seen)

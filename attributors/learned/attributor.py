@@ -90,7 +90,7 @@ class LearnedAttributor:
         order = [i for i in ranked if mask[i]]
         evidence = step_evidence(trajectory, features)
         explained = model.explain(rows, order[0], mask)
-        order, overruled = _evidence_first(order, evidence, explained)
+        order, overruled = _evidence_first(order, evidence, explained, features.named[order[0]])
         top = order[0]
         answerable = answerable_agents(steps, trajectory.declared_roster)
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
@@ -159,11 +159,17 @@ _POSITIONAL = frozenset({
 """Features that say where a step sits in the run and whose turn it is, not what it shows."""
 
 
-def _positional(explained: Sequence[Mapping[str, Any]], top: int, order: Sequence[int]) -> bool:
+def _positional(
+    explained: Sequence[Mapping[str, Any]],
+    top: int,
+    order: Sequence[int],
+    row: Mapping[str, float],
+) -> bool:
     """Whether what sets the top step apart is only its place in the run (or nothing):
-    features of position and turn-taking, and the context columns that are empty only
+    features of position and turn-taking, the context columns that are empty only
     because nothing comes before the first step (`…_max_before`) or after the last
-    (`…_max_after`)."""
+    (`…_max_after`), and features whose value the step's place alone sets (`row`, the top
+    step's features: see `_by_construction`)."""
     first, last = min(order), max(order)
     for item in explained:
         name = str(item["feature"])
@@ -173,14 +179,34 @@ def _positional(explained: Sequence[Mapping[str, Any]], top: int, order: Sequenc
             continue
         if name.endswith("_max_after") and top == last and not item["value"]:
             continue
+        if _by_construction(name, item["value"], row):
+            continue
         return False
     return True
+
+
+_FIRST_TURN_DEFAULTS = {"repetition": 0.0, "loop_count": 0.0, "length_vs_agent": 0.0}
+"""Features that compare a step with its agent's earlier steps, and their value on the
+agent's first turn, where there is nothing to compare with."""
+_NOVELTY = frozenset({"new_words", "new_numbers"})
+"""Features that compare a step with everything said before it: on the run's first
+acting step, only the task and the user's words came before, so novelty is the rule."""
+
+
+def _by_construction(name: str, value: object, row: Mapping[str, float]) -> bool:
+    """Whether a feature's value at a step is what the step's place alone makes it: a
+    comparison with the agent's earlier steps on its first turn, or novelty on the run's
+    first acting step."""
+    if row.get("agent_first_turn") and _FIRST_TURN_DEFAULTS.get(name) == value:
+        return True
+    return bool(row.get("is_first_acting")) and name in _NOVELTY
 
 
 def _evidence_first(
     order: list[int],
     evidence: Sequence[Sequence[Evidence]],
     explained: Sequence[Mapping[str, Any]],
+    row: Mapping[str, float],
 ) -> tuple[list[int], int | None]:
     """The ranking with evidence first: when the top step carries no evidence of its own
     (repeating a figure someone else made up points at them, not at it) and leads only
@@ -191,7 +217,7 @@ def _evidence_first(
     team's own labels, say) stands."""
     top = order[0]
     own = [item for item in evidence[top] if item.kind not in RELAYED]
-    if own or not _positional(explained, top, order):
+    if own or not _positional(explained, top, order, row):
         return order, None
     backed = [i for i in order if strongest(evidence[i]) >= STRONG]
     if not backed:

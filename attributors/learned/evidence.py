@@ -3,7 +3,8 @@
 Evidence is read from the run itself and holds on any framework: a figure an agent
 states right after a tool reported other figures, the first statement of a final answer
 nothing observed supports, a figure no observation holds, a tool error after an agent's
-call, a figure contradicting the correct answer, repetition, invented data, giving up.
+call, a figure contradicting the correct answer, the first time an agent repeats a tool
+call whose answer it already has, repetition, invented data, giving up.
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from faultfinder.attributors.heuristics import error_signals
 from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.attributors.provenance import tool_calls
 
 __all__ = ["RELAYED", "STRONG", "Evidence", "step_evidence", "strongest"]
 
@@ -63,11 +65,15 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
     facts = features.scanner.facts
     found: list[list[Evidence]] = [[] for _ in steps]
     actor: int | None = None
+    repeats = _RepeatedCalls()
     for i, step in enumerate(steps):
         if facts[i].acting:
             actor = i
             found[i].extend(_value_evidence(trajectory, features, i))
             found[i].extend(_cue_evidence(step.agent, features.named[i], i))
+        repeated = repeats.push(step, i, acting=facts[i].acting, error=facts[i].error > 0)
+        if repeated is not None:
+            found[i].append(repeated)
         arguments = features.scanner.values[i].unsupported_arguments
         if arguments:
             owner = i if facts[i].acting else actor
@@ -127,6 +133,44 @@ def _value_evidence(trajectory: Trajectory, features: RunFeatures, i: int) -> li
         )
         out.append(Evidence(i, "contradicts-ground-truth", 0.6, text))
     return out
+
+
+class _RepeatedCalls:
+    """Finds the first step at which an agent calls a tool again with the same arguments
+    after that call was answered without an error: the answer was already there, so the
+    agent is looping (or did not read it). Only the first such step of a run is evidence;
+    the repeats after it are the loop going on. A call repeated after an error is a retry,
+    not a repeat."""
+
+    def __init__(self) -> None:
+        self._made: set[tuple[str, str, str]] = set()
+        self._answered: dict[tuple[str, str], str] = {}
+        self._found = False
+
+    def push(self, step: Step, i: int, *, acting: bool, error: bool) -> Evidence | None:
+        calls = tool_calls(step)
+        if not calls:
+            return None
+        found = None
+        if acting and not self._found:
+            again = [call for call in calls if (step.agent, *call) in self._made]
+            answered = [call for call in again if call in self._answered]
+            if answered:
+                self._found = True
+                tool, arguments = answered[0]
+                text = (
+                    f"{step.agent} called {tool} again with the same arguments"
+                    f" ({_quote(arguments, 60)}) after {tool} had answered"
+                    f" {_quote(self._answered[answered[0]], 60)!r}"
+                )
+                found = Evidence(i, "repeated-call", 0.65, text)
+        if acting:
+            self._made.update((step.agent, *call) for call in calls)
+        answer = step.tool_result or (step.content if step.kind is StepKind.TOOL else None)
+        if answer and not error:
+            for call in calls:
+                self._answered.setdefault(call, answer)
+        return found
 
 
 def _argument_evidence(agent: str, arguments: Sequence[tuple[str, str, str]], i: int) -> Evidence:

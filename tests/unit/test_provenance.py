@@ -154,3 +154,40 @@ def test_a_figure_contradicting_the_previous_agent_names_that_agent() -> None:
     attribution = asyncio.run(FirstError().attribute(relay, AttributeOptions()))
     assert (attribution.step, attribution.agent) == (4, "Writer")
     assert attribution.reason.endswith("Writer stated 225,520 right after Researcher said 522,250")
+
+
+def _looping(retry_after_error: bool = False) -> Trajectory:
+    """A Researcher that calls a tool, is answered, and calls it again the same way."""
+    answer = "error: upstream timeout" if retry_after_error else "lantern, Mar: units 195"
+    call = 'sales_total({"product": "lantern", "month": "Mar"})'
+    arguments = '{"month": "Mar", "product": "lantern"}'  # the same, keys in another order
+    steps = [
+        Step(index=0, agent="user", kind=H, content="How many lanterns sold in March?"),
+        Step(index=1, agent="Researcher", kind=StepKind.LLM, content=call),
+        Step(index=2, agent="Researcher", kind=T, content=answer, tool_name="sales_total",
+             tool_arguments=arguments, tool_result=answer),
+        Step(index=3, agent="Researcher", kind=StepKind.LLM, content=call),
+        Step(index=4, agent="Researcher", kind=T, content=answer, tool_name="sales_total",
+             tool_arguments=arguments, tool_result=answer),
+        Step(index=5, agent="Researcher", kind=StepKind.LLM, content=call),
+    ]  # fmt: skip
+    return Trajectory(run_id="r", task="How many lanterns sold in March?", steps=tuple(steps))
+
+
+def test_the_first_repeat_of_an_answered_call_is_evidence_and_names_the_call() -> None:
+    looping = _looping()
+    evidence = step_evidence(looping, run_features(looping))
+    repeats = [(e.step, e.kind) for items in evidence for e in items if e.kind == "repeated-call"]
+    assert repeats == [(3, "repeated-call")]  # the loop's start, not every turn of it
+    text = evidence[3][0].text
+    assert text.startswith("Researcher called sales_total again with the same arguments")
+    assert "units 195" in text
+    attribution = LearnedAttributor().attribute_now(looping, AttributeOptions())
+    assert (attribution.agent, attribution.step) == ("Researcher", 3)
+    assert "again with the same arguments" in attribution.reason
+
+
+def test_calling_again_after_an_error_is_a_retry_not_a_repeat() -> None:
+    retrying = _looping(retry_after_error=True)
+    evidence = step_evidence(retrying, run_features(retrying))
+    assert not any(e.kind == "repeated-call" for items in evidence for e in items)
