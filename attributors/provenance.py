@@ -169,48 +169,41 @@ def _string_values(value: object, key: str = "") -> list[tuple[str, str]]:
     return []
 
 
-def _calls_in(text: str) -> list[tuple[str, str]]:
-    """Every `name({...})` of a text: (name, the braces' text). Most steps have none, and
-    the pattern's search is slow on long texts, so it runs only where `({` occurs."""
-    if "({" not in text:
-        return []
-    return [(m.group(1), m.group(2)) for m in _CALL.finditer(text)]
+def _parsed_calls(step: Step) -> list[tuple[str, object]]:
+    """The tool calls a step shows, with their arguments parsed: its `tool_name` with
+    `tool_arguments`, and every `name({...})` in its text (the pattern's search is slow
+    on long texts, so it runs only where `({` occurs). Arguments that are not JSON are
+    left out."""
+    raw: list[tuple[str, str]] = []
+    if step.tool_arguments:
+        raw.append((step.tool_name or "tool", step.tool_arguments))
+    if "({" in step.content:
+        raw.extend((m.group(1), m.group(2)) for m in _CALL.finditer(step.content))
+    parsed: list[tuple[str, object]] = []
+    for tool, text in raw:
+        try:
+            parsed.append((tool, json.loads(text)))
+        except ValueError:
+            continue
+    return parsed
 
 
 def tool_calls(step: Step) -> list[tuple[str, str]]:
-    """The tool calls a step shows (its `tool_name` with `tool_arguments`, and every
-    `name({...})` in its text), each as (tool, its arguments as canonical JSON: keys
-    sorted, no spaces), in order and without duplicates. Arguments that are not a JSON
+    """The tool calls a step shows, each as (tool, its arguments as canonical JSON: keys
+    sorted, no spaces), in order and without duplicates; arguments that are not a JSON
     object are left out."""
-    raw: list[tuple[str, str]] = []
-    if step.tool_name and step.tool_arguments:
-        raw.append((step.tool_name, step.tool_arguments))
-    raw.extend(_calls_in(step.content))
     found: dict[tuple[str, str], None] = {}
-    for tool, text in raw:
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(parsed, dict):
-            found[(tool, json.dumps(parsed, sort_keys=True, separators=(",", ":")))] = None
+    for tool, arguments in _parsed_calls(step):
+        if isinstance(arguments, dict):
+            found[(tool, json.dumps(arguments, sort_keys=True, separators=(",", ":")))] = None
     return list(found)
 
 
 def _arguments(step: Step) -> list[tuple[str, str, str]]:
-    """The naming argument values of the tool calls a step shows: its `tool_arguments`
-    and every `name({...})` in its text. (tool, argument, value)"""
-    calls: list[tuple[str, str]] = []
-    if step.tool_arguments:
-        calls.append((step.tool_name or "tool", step.tool_arguments))
-    calls.extend(_calls_in(step.content))
+    """The naming argument values of the tool calls a step shows. (tool, argument, value)"""
     found: dict[tuple[str, str, str], None] = {}
-    for tool, raw in calls:
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            continue
-        for name, value in _string_values(parsed):
+    for tool, arguments in _parsed_calls(step):
+        for name, value in _string_values(arguments):
             if _naming(value):
                 found[(tool, name, value.strip())] = None
     return list(found)
