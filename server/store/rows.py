@@ -12,10 +12,12 @@ from typing import Any
 import orjson
 from sqlalchemy import Row
 
+from faultfinder.server.db.engine import dumps_json
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
 from faultfinder.server.store.tables import clean
 
 __all__ = [
+    "SPAN_ROW_COLUMNS",
     "InvalidCursorError",
     "RunRow",
     "UnknownRunError",
@@ -106,32 +108,55 @@ class RunRow:
         )
 
 
-def span_row(span: SpanRecord, run_id: str, received_at: int) -> dict[str, Any]:
-    return {
-        "trace_id": span.trace_id,
-        "span_id": span.span_id,
-        "parent_span_id": span.parent_span_id,
-        "run_id": clean(run_id),
-        "project": clean(span.project),
-        "name": clean(span.name),
-        "kind": int(span.kind),
-        "start_time_unix_nano": span.start_time_unix_nano,
-        "end_time_unix_nano": span.end_time_unix_nano,
-        "status_code": int(span.status_code),
-        "status_message": clean(span.status_message),
-        "attributes": span.attributes,
-        "events": [
-            {
-                "name": event.name,
-                "time_unix_nano": event.time_unix_nano,
-                "attributes": event.attributes,
-            }
-            for event in span.events
-        ],
-        "resource_attributes": span.resource_attributes,
-        "scope_name": clean(span.scope_name),
-        "received_at": received_at,
-    }
+SPAN_ROW_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "run_id",
+    "project",
+    "name",
+    "kind",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+    "status_code",
+    "status_message",
+    "attributes",
+    "events",
+    "resource_attributes",
+    "scope_name",
+    "received_at",
+)
+"""The columns of `span_row`'s tuple, in its order."""
+
+
+def span_row(
+    span: SpanRecord, run_id: str, received_at: int, resource_json: str
+) -> tuple[Any, ...]:
+    """A span's row as driver parameters in `SPAN_ROW_COLUMNS` order, its JSON columns
+    already serialised (`resource_json`: the span's resource attributes, serialised once
+    for all the spans that share them)."""
+    events = [
+        {"name": event.name, "time_unix_nano": event.time_unix_nano, "attributes": event.attributes}
+        for event in span.events
+    ]
+    return (
+        span.trace_id,
+        span.span_id,
+        span.parent_span_id,
+        clean(run_id),
+        clean(span.project),
+        clean(span.name),
+        int(span.kind),
+        span.start_time_unix_nano,
+        span.end_time_unix_nano,
+        int(span.status_code),
+        clean(span.status_message),
+        dumps_json(span.attributes),
+        dumps_json(events) if events else "[]",
+        resource_json,
+        clean(span.scope_name),
+        received_at,
+    )
 
 
 def span_record(row: Row[Any]) -> SpanRecord:

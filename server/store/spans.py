@@ -23,15 +23,17 @@ from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faultfinder.attributors.model import Attribution
+from faultfinder.server.db.engine import dumps_json
 from faultfinder.server.db.models import RunOutcome, RunStatus
 from faultfinder.server.otlp.mapping import RunFacts, run_facts
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import settle
 from faultfinder.server.store.attributions import insert_attribution, ok_attributions
 from faultfinder.server.store.rows import (
+    SPAN_ROW_COLUMNS,
     RunRow,
     UnknownRunError,
     decode_cursor,
@@ -51,6 +53,10 @@ from faultfinder.server.store.tables import (
 from faultfinder.server.store.writes import RunDelta, known_outcome, runs_upsert
 
 __all__ = ["SpanStore"]
+
+_MAX_SPAN_PARAMETERS = 30_000
+"""Bound parameters in one span INSERT: below SQLite's (32,766) and PostgreSQL's (32,767)
+limits."""
 
 
 class SpanStore:
@@ -74,9 +80,15 @@ class SpanStore:
             least, greatest = func.min, func.max  # SQLite's scalar min()/max() of two values
         else:
             least, greatest = func.least, func.greatest
-        self._insert_spans = (
-            insert(SPANS).on_conflict_do_nothing().returning(SPANS.c.trace_id, SPANS.c.span_id)
-        )
+        if set(SPAN_ROW_COLUMNS) != set(SPANS.c.keys()):
+            raise RuntimeError("span_row's columns no longer match the spans table")
+        dialect = engine.dialect
+        most_rows = _MAX_SPAN_PARAMETERS // len(SPAN_ROW_COLUMNS)
+        self._span_page_rows = max(1, min(dialect.insertmanyvalues_page_size, most_rows))
+        self._numbered_parameters = dialect.paramstyle == "numeric_dollar"
+        if not self._numbered_parameters and dialect.paramstyle != "qmark":
+            raise ValueError(f"unsupported parameter style {dialect.paramstyle!r}")
+        self._span_inserts: dict[int, str] = {}
         self._upsert_runs = runs_upsert(insert(RUNS), least, greatest)
 
     @property
@@ -96,22 +108,30 @@ class SpanStore:
         if not spans:
             return 0
         now = now_ns() if received_at is None else int(received_at * 1e9)
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        rows: dict[tuple[str, str], tuple[Any, ...]] = {}
         first_copy: dict[tuple[str, str], SpanRecord] = {}
         facts: dict[tuple[str, str], RunFacts] = {}
+        # Spans decoded from one resource share its attributes: serialise them once.
+        resources: dict[int, tuple[object, str]] = {}
         for span in spans:
             key = (span.trace_id, span.span_id)
             if key in rows:
                 continue
             span_facts = run_facts(span, group_by_conversation=self._group_by_conversation)
-            rows[key] = span_row(span, span_facts.run_id, now)
+            resource = span.resource_attributes
+            known = resources.get(id(resource))
+            if known is None:
+                known = resources[id(resource)] = (resource, dumps_json(resource))
+            rows[key] = span_row(span, span_facts.run_id, now, known[1])
             first_copy[key] = span
             facts[key] = span_facts
         # Sorted keys give concurrent PostgreSQL writers one lock order (no deadlocks).
-        ordered = sorted(rows)
+        ordered = [rows[key] for key in sorted(rows)]
         async with self._engine.begin() as conn:
-            result = await conn.execute(self._insert_spans, [rows[key] for key in ordered])
-            inserted = {(row[0], row[1]) for row in result}
+            inserted: set[tuple[str, str]] = set()
+            page = self._span_page_rows
+            for start in range(0, len(ordered), page):
+                inserted.update(await self._insert_span_rows(conn, ordered[start : start + page]))
             if not inserted:
                 return 0
             deltas: dict[str, RunDelta] = {}
@@ -139,6 +159,37 @@ class SpanStore:
                     self._upsert_runs, [deltas[run_id].row(now) for run_id in sorted(deltas)]
                 )
         return len(inserted)
+
+    async def _insert_span_rows(
+        self, conn: AsyncConnection, rows: Sequence[tuple[Any, ...]]
+    ) -> list[tuple[str, str]]:
+        """Insert one page of span rows, skipping stored ones; the keys that were new.
+
+        The rows go to the driver as they are (one multi-row INSERT): the statement is
+        written once per page size and the JSON columns are serialised already, which
+        costs a fraction of SQLAlchemy's per-row parameter processing on this hot path.
+        """
+        statement = self._span_inserts.get(len(rows))
+        if statement is None:
+            statement = self._span_inserts[len(rows)] = self._span_insert_sql(len(rows))
+        parameters = tuple(value for row in rows for value in row)
+        result = await conn.exec_driver_sql(statement, parameters)
+        return [(row[0], row[1]) for row in result]
+
+    def _span_insert_sql(self, n_rows: int) -> str:
+        width = len(SPAN_ROW_COLUMNS)
+        if self._numbered_parameters:
+            groups = (
+                "(" + ",".join(f"${row * width + column + 1}" for column in range(width)) + ")"
+                for row in range(n_rows)
+            )
+        else:
+            groups = ("(" + ",".join("?" * width) + ")" for _ in range(n_rows))
+        return (
+            f"INSERT INTO {SPANS.name} ({', '.join(SPAN_ROW_COLUMNS)}) VALUES "
+            + ",".join(groups)
+            + " ON CONFLICT DO NOTHING RETURNING trace_id, span_id"
+        )
 
     async def set_outcome(
         self,
