@@ -174,7 +174,7 @@ class SpanStore:
             statement = self._span_inserts[len(rows)] = self._span_insert_sql(len(rows))
         parameters = tuple(value for row in rows for value in row)
         result = await conn.exec_driver_sql(statement, parameters)
-        return [(row[0], row[1]) for row in result]
+        return [(trace_id, span_id) for trace_id, span_id in result.tuples()]
 
     def _span_insert_sql(self, n_rows: int) -> str:
         width = len(SPAN_ROW_COLUMNS)
