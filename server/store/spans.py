@@ -19,7 +19,7 @@ Run rules kept here (the lifecycle in `server/lifecycle.py` decides status chang
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -174,7 +174,7 @@ class SpanStore:
             statement = self._span_inserts[len(rows)] = self._span_insert_sql(len(rows))
         parameters = tuple(value for row in rows for value in row)
         result = await conn.exec_driver_sql(statement, parameters)
-        return [(trace_id, span_id) for trace_id, span_id in result.tuples()]
+        return [(str(key[0]), str(key[1])) for key in cast("list[Sequence[Any]]", result.all())]
 
     def _span_insert_sql(self, n_rows: int) -> str:
         width = len(SPAN_ROW_COLUMNS)
