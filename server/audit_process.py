@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -25,12 +26,18 @@ from faultfinder.server.audit import OnAlarm
 from faultfinder.server.daemon import Daemon
 from faultfinder.server.settings import Settings
 
-__all__ = ["RESTART_DELAY", "AuditorProcess"]
+__all__ = ["NICENESS", "RESTART_DELAY", "AuditorProcess"]
 
 log = logging.getLogger(__name__)
 
 RESTART_DELAY = 1.0
 """Seconds before an auditor process that died is started again."""
+
+NICENESS = 10
+"""How much lower the auditor process's scheduling priority is than the serving
+process's: its alarms are background work, and when the cores are busy the ingest,
+queries and attributions of the serving process go first (the auditor catches up when
+the load falls)."""
 
 _STOP = "stop"
 
@@ -136,6 +143,8 @@ def audit_in_process(settings: Settings, connection: Connection, log_level: int)
     """The auditor process's body: audit until the serving process says stop or goes."""
     # Ctrl-C reaches the whole process group; the serving process decides when this stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):  # a system that refuses is no reason not to audit
+        os.nice(NICENESS)
     from faultfinder.server.logs import configure_logging
 
     configure_logging(logging.getLevelName(log_level).lower())
