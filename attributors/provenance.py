@@ -44,6 +44,10 @@ _CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 _OBSERVATION_KINDS = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
 
+_CALL_LINE = re.compile(r"\s*[\w.]+\(.*\)\s*$")
+"""A line that is a function call and nothing else."""
+
+
 def _value(token: str) -> float | None:
     try:
         return float(token.replace(",", ""))
@@ -230,6 +234,11 @@ class ValueFacts:
     argument, value); only identifiers and proper names, not free text."""
     outside_task: bool = False
     """A tool-call argument names something the task does not."""
+    withheld: str | None = None
+    """The tool whose figures the step passes on none of: the agent's own tools reported
+    figures since it last acted, and it speaks (no tool call) without stating any figure.
+    Only the first such step after those reports."""
+    withheld_figures: tuple[str, ...] = ()
 
     @property
     def contradicts(self) -> bool:
@@ -249,6 +258,9 @@ class Provenance:
     _recent: list[float] = field(default_factory=list)
     _pending: list[tuple[str, dict[float, str]]] = field(default_factory=list)
     """Reports since the last agent step that stated figures: (who reported, its figures)."""
+    _own_reports: dict[str, list[tuple[str, dict[float, str]]]] = field(default_factory=dict)
+    """Per agent, its tools' reports with figures since it last acted: (tool, figures)."""
+    _last_actor: str | None = None
     _said: list[tuple[str, dict[float, str]]] = field(default_factory=list)
     """Every agent step so far: (its agent, its figures)."""
     _observers: set[str] = field(default_factory=set)
@@ -296,7 +308,23 @@ class Provenance:
         self._observe(figures)
         self._seen_text.append(step.content.casefold())
         self._pending.append((step.tool_name or step.agent, figures))
+        if step.tool_name and figures and self._last_actor is not None:
+            # A named tool's report answers the agent that acted last (its caller),
+            # whatever agent name a framework gives the tool's own step. A shared
+            # terminal's output in a group chat (no tool named) is everyone's to read.
+            self._own_reports.setdefault(self._last_actor, []).append((step.tool_name, figures))
         return ValueFacts(unsupported_arguments=arguments, outside_task=outside)
+
+    def _withheld(self, step: Step, stated: dict[float, str]) -> tuple[str | None, tuple[str, ...]]:
+        """The agent's own tool that reported figures it now passes on none of (it speaks
+        without a tool call and without any figure); the reports are spent either way."""
+        reports = self._own_reports.pop(step.agent, None)
+        if not reports or stated or step.tool_arguments or tool_calls(step):
+            return None, ()
+        if all(_CALL_LINE.match(line) for line in step.content.strip().splitlines()):
+            return None, ()  # a call written as text (`lookup(city='Bergen')`), or nothing
+        tool, figures = reports[-1]
+        return tool, tuple(figures.values())
 
     def _unsupported_of(self, stated: dict[float, str]) -> dict[float, str]:
         """The stated figures nothing observed holds or derives (a figure stated without
@@ -335,6 +363,7 @@ class Provenance:
         """The next step's value facts (observations carry only their call's arguments)."""
         if step.kind in _OBSERVATION_KINDS or not acting:
             return self._observe_step(step)
+        self._last_actor = step.agent
         arguments, outside = self._unseen_arguments(step)
         if step.tool_result:
             self._observe(_figures(step.tool_result))
@@ -349,6 +378,7 @@ class Provenance:
         if step.agent in self._observers or len(introduced) > _MOST_MADE_UP:
             # A report of what the agent saw, not a claim: no step of the run shows it.
             self._observers.add(step.agent)
+            self._own_reports.pop(step.agent, None)
             self._claimed.update(stated)
             self._observe(stated)
             self._seen_text.append(prose.casefold())
@@ -356,6 +386,7 @@ class Provenance:
             self._said.append((step.agent, stated))
             return ValueFacts(unsupported_arguments=arguments, outside_task=outside)
         answered, answered_figures, verb = self._answered(step.agent, stated, unsupported)
+        withheld, withheld_figures = self._withheld(step, stated)
         self._claimed.update(stated)
         self._unsupported.update(unsupported)
         self._remember(stated)
@@ -372,6 +403,8 @@ class Provenance:
             verb,
             arguments,
             outside,
+            withheld,
+            withheld_figures,
         )
 
     def _message_answered(self, agent: str) -> tuple[str, dict[float, str]] | None:

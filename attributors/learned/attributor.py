@@ -32,7 +32,7 @@ from faultfinder.attributors.learned.step_model import (
     default_model,
     trajectory_group,
 )
-from faultfinder.attributors.model import Attribution, Candidate, Trajectory
+from faultfinder.attributors.model import Attribution, Candidate, Step, Trajectory
 
 if TYPE_CHECKING:
     from faultfinder.attributors.context import AttributorContext
@@ -91,6 +91,9 @@ class LearnedAttributor:
         evidence = step_evidence(trajectory, features)
         explained = model.explain(rows, order[0], mask)
         order, overruled = _evidence_first(order, evidence, explained, features.named[order[0]])
+        acting = [fact.acting for fact in features.scanner.facts]
+        order, withheld_over = _withheld_first(order, evidence, steps, acting)
+        overruled = withheld_over if withheld_over is not None else overruled
         top = order[0]
         answerable = answerable_agents(steps, trajectory.declared_roster)
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
@@ -223,6 +226,30 @@ def _evidence_first(
     if not backed:
         return order, None
     return [backed[0], *(i for i in order if i != backed[0])], top
+
+
+def _withheld_first(
+    order: list[int],
+    evidence: Sequence[Sequence[Evidence]],
+    steps: Sequence[Step],
+    acting: Sequence[bool],
+) -> tuple[list[int], int | None]:
+    """The ranking with the cause of a figure-less handover first: when the leading step
+    belongs to the agent that took over right after a turn that passed on none of the
+    figures its own tools had returned (`withheld-figures`), what that agent then said,
+    made up or gave up on followed from what it was not given, and the withholding turn
+    leads (the former leader is returned as overruled)."""
+    top = order[0]
+    for relay in range(top - 1, -1, -1):
+        if relay not in order or not any(e.kind == "withheld-figures" for e in evidence[relay]):
+            continue
+        others = range(relay + 1, top + 1)
+        giver = steps[relay].agent
+        receiver = next((j for j in others if acting[j] and steps[j].agent != giver), None)
+        if receiver is not None and steps[receiver].agent == steps[top].agent:
+            return [relay, *(i for i in order if i != relay)], top
+        return order, None
+    return order, None
 
 
 def _reason(

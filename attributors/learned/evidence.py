@@ -4,7 +4,8 @@ Evidence is read from the run itself and holds on any framework: a figure an age
 states right after a tool reported other figures, the first statement of a final answer
 nothing observed supports, a figure no observation holds, a tool error after an agent's
 call, a figure contradicting the correct answer, the first time an agent repeats a tool
-call whose answer it already has, repetition, invented data, giving up.
+call whose answer it already has, a turn that passes on none of the figures its own
+tools just returned, repetition, invented data, giving up.
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -114,6 +115,12 @@ def _value_evidence(trajectory: Trajectory, features: RunFeatures, i: int) -> li
     elif value.unsupported:
         text = f"{agent} repeated {_figures(value.unsupported)}, a figure no observation supports"
         out.append(Evidence(i, "repeats-unsupported-figure", 0.3, text))
+    if value.withheld is not None:
+        text = (
+            f"{agent} passed its turn on without any of the figures {value.withheld}"
+            f" returned ({_figures(value.withheld_figures)})"
+        )
+        out.append(Evidence(i, "withheld-figures", 0.5, text))
     if row.get("final_value_origin"):
         answer = _quote(trajectory.final_answer or "", 40)
         text = (

@@ -191,3 +191,50 @@ def test_calling_again_after_an_error_is_a_retry_not_a_repeat() -> None:
     retrying = _looping(retry_after_error=True)
     evidence = step_evidence(retrying, run_features(retrying))
     assert not any(e.kind == "repeated-call" for items in evidence for e in items)
+
+
+WITHHELD = "I looked into it and passed it on."
+
+
+def _relay(handover: str = WITHHELD, named_tool: bool = True) -> Trajectory:
+    """A Researcher looks a figure up and hands over to the Analyst, with or without it."""
+    report = "Oslo: 522,250 residents (census)"
+    steps = [
+        Step(index=0, agent="user", kind=H, content="How many people live in Oslo?"),
+        Step(index=1, agent="Researcher", kind=M, content="census_lookup(city='Oslo')"),
+        Step(index=2, agent="census_lookup" if named_tool else "terminal", kind=T,
+             content=report, tool_name="census_lookup" if named_tool else None),
+        Step(index=3, agent="Researcher", kind=M, content=handover),
+        Step(index=4, agent="Analyst", kind=M, content="I don't have the population of Oslo."),
+    ]  # fmt: skip
+    return Trajectory(
+        run_id="r",
+        task="How many people live in Oslo?",
+        final_answer="I don't have the population of Oslo.",
+        steps=tuple(steps),
+    )
+
+
+def test_a_turn_that_passes_on_none_of_its_tools_figures_is_named() -> None:
+    relay = _relay()
+    features = run_features(relay)
+    evidence = step_evidence(relay, features)
+    withheld = [
+        (e.step, e.text) for items in evidence for e in items if e.kind == "withheld-figures"
+    ]
+    assert withheld == [
+        (3, "Researcher passed its turn on without any of the figures census_lookup returned"
+            " (522,250)")
+    ]  # fmt: skip
+    # Passing the figure on, or calling a tool next, is not withholding.
+    passed_on = _relay("Oslo has 522,250 residents.")
+    assert not any(facts.withheld for facts in run_features(passed_on).scanner.values)
+    calling = _relay("census_lookup(city='Bergen')")
+    assert not any(facts.withheld for facts in run_features(calling).scanner.values)
+    # A shared terminal's output in a group chat (no tool named) is not one agent's report.
+    terminal = _relay(named_tool=False)
+    assert not any(facts.withheld for facts in run_features(terminal).scanner.values)
+    # The Analyst, who never got the figure, is not where the failure started.
+    attribution = LearnedAttributor().attribute_now(relay, AttributeOptions())
+    assert (attribution.agent, attribution.step) == ("Researcher", 3)
+    assert "without any of the figures census_lookup returned" in attribution.reason
