@@ -23,6 +23,7 @@ from litestar.utils.scope.state import ScopeState
 from faultfinder import __version__
 from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.model import Attribution
+from faultfinder.server.admission import IngestAdmission
 from faultfinder.server.api.alarms import AlarmController
 from faultfinder.server.api.attribute import AttributeController
 from faultfinder.server.api.dashboard import (
@@ -34,7 +35,7 @@ from faultfinder.server.api.dashboard import (
 from faultfinder.server.api.dependencies import DEPENDENCIES
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.metrics import MetricsController
-from faultfinder.server.api.otlp import InflightBytes, OtlpTraceController
+from faultfinder.server.api.otlp import OtlpTraceController
 from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
@@ -280,7 +281,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "keyring": keys,
                 "events": events,
                 "metrics": metrics,
-                "ingest_inflight": InflightBytes(settings.ingest_inflight_bytes),
+                "ingest_admission": IngestAdmission(
+                    settings.ingest_inflight_bytes, settings.retry_after, settings.retry_after_max
+                ),
             }
         ),
     )

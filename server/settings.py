@@ -114,7 +114,16 @@ class Settings(BaseSettings):
         "beyond it ingest answers 503 without keeping the body.",
     )
     retry_after: int = Field(
-        default=1, ge=1, description="Seconds suggested in Retry-After when ingest is saturated."
+        default=1,
+        ge=1,
+        description="Seconds suggested in Retry-After when ingest is saturated: the least; "
+        "under sustained overload the advice grows to about the time ingest needs to take "
+        "the senders already waiting.",
+    )
+    retry_after_max: int = Field(
+        default=30,
+        ge=1,
+        description="The most seconds suggested in Retry-After under sustained overload.",
     )
     migrate_on_start: bool = Field(
         default=True, description="Upgrade the database schema to the latest revision on start."

@@ -19,7 +19,7 @@ SERVICES = (
     "bench_history",
     "decoder",
     "events",
-    "ingest_inflight",
+    "ingest_admission",
     "jobs",
     "keyring",
     "metrics",

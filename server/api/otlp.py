@@ -6,13 +6,15 @@ ingest queue is full, too many request bytes are being received at once, or the 
 is too slow (retryable).
 
 Memory stays bounded whatever the offered load: a request is refused before its body is
-buffered when the queue is full or its declared length would pass `ingest_inflight_bytes`
+buffered when the queue, counting the requests already let in and still being read or
+decoded, has no room for it, or its declared length would pass `ingest_inflight_bytes`
 (its body is read and dropped chunk by chunk, so the connection stays usable); bytes are
 counted against that limit as they arrive (a chunked body too), so a body that would pass
 it is refused part-way; a request waiting for the writer holds only its decoded spans,
 which the queue limit counts. A body slower than `body_read_timeout` gets 408, so slow
 senders hold neither memory nor a share of the limit for long, and a declared length
-reserves nothing until its bytes come.
+reserves nothing until its bytes come. Refused senders are told to come back after
+about the time ingest needs to take those already waiting (`server/admission.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 
 from faultfinder.conventions import PROJECT_HEADER
+from faultfinder.server.admission import InflightBytes, IngestAdmission
 from faultfinder.server.errors import TooManySpansError
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
-from faultfinder.server.otlp.decode import BodyTooLargeError, DecodeError, encode_response
+from faultfinder.server.otlp.decode import (
+    BodyTooLargeError,
+    DecodedBatch,
+    DecodeError,
+    encode_response,
+)
 from faultfinder.server.otlp.pool import BodyDecoder, DecodeRequest
 from faultfinder.server.settings import Settings
 
@@ -59,31 +67,6 @@ def _error(
         media_type=JSON if as_json else PROTOBUF,
         headers=headers or None,
     )
-
-
-class InflightBytes:
-    """Request bytes ingest holds at once (received and not yet decoded), with a limit.
-
-    One request is always admitted when nothing is held, so a body up to
-    `max_request_bytes` gets through even when it exceeds the limit on its own.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-    def would_pass(self, size: int) -> bool:
-        """Whether `size` more bytes would pass the limit (never with nothing held)."""
-        return bool(self.held) and self.held + size > self.limit
-
-    def try_acquire(self, size: int) -> bool:
-        if self.would_pass(size):
-            return False
-        self.held += size
-        return True
-
-    def release(self, size: int) -> None:
-        self.held -= size
 
 
 def _content_length(request: Request[None, None, State]) -> int | None:
@@ -141,14 +124,61 @@ def _busy(inflight: InflightBytes) -> str:
     return f"ingest busy ({inflight.held} request bytes being received, limit {inflight.limit})"
 
 
+def _refusal(
+    writer: SpanWriter, admission: IngestAdmission, declared: int, expected: int, limit: int
+) -> str:
+    """Why a request must be refused before its body is read, or "" to take it. The
+    requests let in and still being read or decoded count as queued already: each would
+    otherwise be read and decoded only to find the queue full."""
+    waiting = writer.queued_spans + admission.coming_spans
+    if waiting and waiting + expected > limit:
+        writer.counters.reject_request("saturated")
+        return (
+            f"ingest queue full ({writer.queued_spans} spans waiting, about "
+            f"{admission.coming_spans} more arriving, limit {limit})"
+        )
+    if admission.bytes.would_pass(declared):
+        writer.counters.reject_request("inflight")
+        return _busy(admission.bytes)
+    return ""
+
+
 def _retry_later(
-    message: str, settings: Settings, *, as_json: bool, close: bool = False
+    message: str, seconds: int, *, as_json: bool, close: bool = False
 ) -> Response[bytes]:
     """503 UNAVAILABLE with Retry-After: exporters retry."""
-    headers = {"Retry-After": str(settings.retry_after)}
+    headers = {"Retry-After": str(seconds)}
     if close:
         headers["Connection"] = "close"
     return _error(503, 14, message, as_json=as_json, **headers)
+
+
+async def _store(
+    batch: DecodedBatch,
+    writer: SpanWriter,
+    admission: IngestAdmission,
+    settings: Settings,
+    *,
+    as_json: bool,
+) -> Response[bytes]:
+    """Queue a decoded request's spans and answer once they are stored (or why not)."""
+    if batch.rejected:
+        writer.counters.reject_spans("invalid_span", batch.rejected)
+    writer.counters.values_truncated += batch.truncated_values
+    try:
+        stored = await writer.submit(batch.spans)
+    except IngestSaturatedError as exc:
+        return _retry_later(str(exc), admission.advice.refused(), as_json=as_json)
+    except IngestUnavailableError as exc:
+        # The database or a shutdown, not the load: the configured wait.
+        return _retry_later(str(exc), settings.retry_after, as_json=as_json)
+    admission.advice.taken()
+    message = "; ".join(filter(None, (batch.error_message, stored.error_message)))
+    return Response(
+        encode_response(batch.rejected + stored.rejected, message, as_json=as_json),
+        status_code=200,
+        media_type=JSON if as_json else PROTOBUF,
+    )
 
 
 class OtlpTraceController(Controller):
@@ -166,7 +196,7 @@ class OtlpTraceController(Controller):
         request: Request[None, None, State],
         settings: NamedDependency[Settings],
         writer: NamedDependency[SpanWriter],
-        ingest_inflight: NamedDependency[InflightBytes],
+        ingest_admission: NamedDependency[IngestAdmission],
         decoder: NamedDependency[BodyDecoder],
     ) -> Response[bytes]:
         content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
@@ -178,23 +208,21 @@ class OtlpTraceController(Controller):
                 orjson.dumps({"detail": detail}), status_code=415, media_type=MediaType.JSON
             )
         as_json = content_type == JSON
-        inflight = ingest_inflight
+        admission = ingest_admission
+        inflight = admission.bytes
         declared = _content_length(request) or 0
+        expected = admission.spans_per_byte.estimate(declared)
         # Refuse before buffering or decoding: under a retry storm, bodies held only to be
         # refused would take the memory, and decoding them the CPU, that the writer and
         # the query API need.
-        if writer.queued_spans >= settings.ingest_queue_spans:
-            writer.counters.reject_request("saturated")
-            message = f"ingest queue full ({writer.queued_spans} spans waiting)"
-        elif inflight.would_pass(declared):
-            writer.counters.reject_request("inflight")
-            message = _busy(inflight)
-        else:
-            message = ""
+        message = _refusal(writer, admission, declared, expected, settings.ingest_queue_spans)
         if message:
             ended = await _discard_body(request, settings.body_read_timeout)
-            return _retry_later(message, settings, as_json=as_json, close=not ended)
+            return _retry_later(
+                message, admission.advice.refused(), as_json=as_json, close=not ended
+            )
         received = _Received(inflight)
+        admission.coming_spans += expected
         try:
             try:
                 body = await received.read(request, settings.body_read_timeout)
@@ -212,7 +240,9 @@ class OtlpTraceController(Controller):
                 message = _busy(inflight)
                 received.release()
                 ended = await _discard_body(request, settings.body_read_timeout)
-                return _retry_later(message, settings, as_json=as_json, close=not ended)
+                return _retry_later(
+                    message, admission.advice.refused(), as_json=as_json, close=not ended
+                )
             decode_started = time.perf_counter()
             batch = await decoder.decode(
                 DecodeRequest(
@@ -225,6 +255,7 @@ class OtlpTraceController(Controller):
                 )
             )
             writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
+            admission.spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
             # Waiting for the writer, the request holds its decoded spans (which the queue
             # limit counts), not its body as well.
             del body
@@ -239,16 +270,5 @@ class OtlpTraceController(Controller):
             return _error(400, 3, f"cannot decode OTLP trace request: {exc}", as_json=as_json)
         finally:
             received.release()
-        if batch.rejected:
-            writer.counters.reject_spans("invalid_span", batch.rejected)
-        writer.counters.values_truncated += batch.truncated_values
-        try:
-            stored = await writer.submit(batch.spans)
-        except (IngestSaturatedError, IngestUnavailableError) as exc:
-            return _retry_later(str(exc), settings, as_json=as_json)
-        message = "; ".join(filter(None, (batch.error_message, stored.error_message)))
-        return Response(
-            encode_response(batch.rejected + stored.rejected, message, as_json=as_json),
-            status_code=200,
-            media_type=JSON if as_json else PROTOBUF,
-        )
+            admission.coming_spans -= expected
+        return await _store(batch, writer, admission, settings, as_json=as_json)

@@ -44,7 +44,10 @@ async def test_a_stalled_store_gets_503_with_retry_after_then_recovers(
                     for body in bodies[1:]
                 ]
                 assert {r.status_code for r in refused} == {503}
-                assert {r.headers.get("retry-after") for r in refused} == {"2"}
+                # At least the configured wait; more as senders pile up behind a store
+                # that takes nothing.
+                waits = [int(r.headers["retry-after"]) for r in refused]
+                assert waits[0] == 2 and waits == sorted(waits) and waits[-1] > 2, waits
                 # Queries keep being answered while ingest is saturated.
                 assert (await client.get("/healthz")).status_code == 200
                 assert not first.done()  # not acknowledged: not yet durable

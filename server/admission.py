@@ -1,0 +1,139 @@
+"""Who the OTLP/HTTP receiver lets in under load, and how long it tells the others to wait.
+
+Refusing a request is not free: its body must still be read (closing the connection
+unread could reset it before the sender reads the 503), and under a real overload that
+reading, repeated for every sender each time it comes back, can take the core the writer
+needs. So the receiver refuses before reading whenever the request would be refused later
+anyway, counting the requests already let in and not yet queued, and it spreads the
+refused senders' returns over the time ingest needs to take them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+__all__ = ["InflightBytes", "IngestAdmission", "RetryAdvice", "SpansPerByte"]
+
+_MAX_REMEMBERED = 1_000_000
+"""Refusals remembered at most (a float each), however many senders wait."""
+
+
+class InflightBytes:
+    """Request bytes ingest holds at once (received and not yet decoded), with a limit.
+
+    One request is always admitted when nothing is held, so a body up to
+    `max_request_bytes` gets through even when it exceeds the limit on its own.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def would_pass(self, size: int) -> bool:
+        """Whether `size` more bytes would pass the limit (never with nothing held)."""
+        return bool(self.held) and self.held + size > self.limit
+
+    def try_acquire(self, size: int) -> bool:
+        if self.would_pass(size):
+            return False
+        self.held += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.held -= size
+
+
+class SpansPerByte:
+    """How many spans a request body carries per byte, learned from the bodies decoded so
+    far (a moving average), to estimate a request's spans from its Content-Length before
+    reading it."""
+
+    def __init__(self, *, initial: float = 1 / 2500, weight: float = 0.05) -> None:
+        self.value = initial
+        self._weight = weight
+
+    def observe(self, body_bytes: int, spans: int) -> None:
+        if body_bytes > 0:
+            self.value += self._weight * (spans / body_bytes - self.value)
+
+    def estimate(self, body_bytes: int) -> int:
+        return max(1, math.ceil(body_bytes * self.value))
+
+
+class RetryAdvice:
+    """The Retry-After to give a refused sender: the time ingest needs to take the senders
+    already told to wait, so that refused senders come back one after another at about the
+    rate ingest takes requests, instead of all at once.
+
+    Each refusal is remembered until the time it advised has passed: that many senders
+    are waiting. Ingest's rate is the most requests it acknowledged in one second over
+    the last `memory` seconds (at least one a second): while senders are away the rate
+    of acknowledgements falls, and judging by it would send them away for longer still.
+    A fixed advice instead brings every waiting sender back each time, to be refused
+    again; under twice the capacity that re-refusing (each refusal reads its body) took
+    most of the core and the writer fell behind. Between `minimum` and `maximum` seconds.
+    """
+
+    def __init__(
+        self,
+        minimum: int,
+        maximum: int,
+        *,
+        memory: int = 30,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.minimum = minimum
+        self.maximum = max(minimum, maximum)
+        self._clock = clock
+        self._returns: list[float] = []
+        """When the senders refused so far are due back (a heap)."""
+        self._taken: deque[list[int]] = deque(maxlen=memory + 1)
+        """[second, requests acknowledged in it], oldest first."""
+
+    def _waiting(self, now: float) -> int:
+        returns = self._returns
+        while returns and returns[0] <= now:
+            heapq.heappop(returns)
+        return len(returns)
+
+    def _rate(self) -> int:
+        return max(1, max((count for _, count in self._taken), default=1))
+
+    def current(self) -> int:
+        """The advice a refusal would get now (nothing recorded)."""
+        waiting = self._waiting(self._clock())
+        return min(self.maximum, max(self.minimum, math.ceil((waiting + 1) / self._rate())))
+
+    def refused(self) -> int:
+        """Seconds to advise a sender refused now; it counts as waiting until then."""
+        seconds = self.current()
+        if len(self._returns) < _MAX_REMEMBERED:
+            heapq.heappush(self._returns, self._clock() + seconds)
+        return seconds
+
+    def taken(self) -> None:
+        """A request was acknowledged."""
+        second = int(self._clock())
+        if self._taken and self._taken[-1][0] == second:
+            self._taken[-1][1] += 1
+        else:
+            while self._taken and self._taken[0][0] < second - (self._taken.maxlen or 1) + 1:
+                self._taken.popleft()
+            self._taken.append([second, 1])
+
+
+class IngestAdmission:
+    """What the OTLP/HTTP receiver needs to decide, before reading a body, whether to take
+    it: the bytes being received, the spans of requests let in and not yet queued, and
+    the Retry-After for those it refuses."""
+
+    def __init__(self, inflight_bytes: int, retry_after: int, retry_after_max: int) -> None:
+        self.bytes = InflightBytes(inflight_bytes)
+        self.spans_per_byte = SpansPerByte()
+        self.advice = RetryAdvice(retry_after, retry_after_max)
+        self.coming_spans = 0
+        """Estimated spans of the requests being received or decoded."""
