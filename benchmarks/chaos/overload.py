@@ -8,16 +8,25 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import httpx
 from opentelemetry.sdk.trace import ReadableSpan
 
-from faultfinder.benchmarks.chaos.sending import SendTally, send_until_acknowledged
+from faultfinder.benchmarks.chaos.sending import (
+    SendTally,
+    aiohttp_session,
+    send_until_acknowledged_aiohttp,
+)
 from faultfinder.benchmarks.chaos.stored_state import read_stored_state
-from faultfinder.benchmarks.chaos.traffic import ChaosTraffic, SpanKey, span_keys
+from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic, SpanKey, span_keys
 from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb
 from faultfinder.benchmarks.ingest.report import percentile
 from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "OverloadDrill",
@@ -38,6 +47,24 @@ class OverloadReport:
     duration_s: float
     offered_spans_per_s: float = 0.0
     """Distinct spans offered per second during the overload (first attempts only)."""
+    target_spans_per_s: float = 0.0
+    """`factor` × capacity: what `offered_spans_per_s` should reach. Less means the load
+    generator could not keep up, and the sidecar was not offered the multiple."""
+    pacing_lag_s: float = 0.0
+    """How far behind its schedule the load generator was when the overload ended."""
+    load_cpu_share: float | None = None
+    """CPU seconds the load generator's process used per second of overload (1.0: one core
+    busy), retries, query prober and SDK exporter included."""
+    sent_spans_per_s: float = 0.0
+    """Distinct spans per second whose first attempt went out on a connection during the
+    overload: what the sidecar was really offered. Below `offered_spans_per_s` when the
+    `max_in_flight` connections were all busy and requests waited for one in the generator."""
+    first_send_wait_p50_ms: float = 0.0
+    first_send_wait_max_ms: float = 0.0
+    """From a request's turn in the schedule to its first attempt going out."""
+    peak_requests_in_flight: int = 0
+    """Most requests offered and not yet acknowledged at once (on a connection, waiting for
+    one, or waiting to retry)."""
     spans_offered: int = 0
     spans_acknowledged: int = 0
     spans_stored: int = 0
@@ -109,8 +136,11 @@ class OverloadDrill:
     runs_per_request: int = 4
     sdk_batches: int = 10
     """Batches the OpenTelemetry SDK exporter sends alongside the retrying senders."""
-    max_in_flight: int = 256
-    """Connections the retrying senders may hold open."""
+    max_in_flight: int = 1024
+    """Connections the retrying senders may hold open. Enough for the requests of 2x a
+    sidecar's capacity to reach it on the defaults (256 x 64-span requests never filled
+    the 50,000-span queue: the surplus waited in the generator, and the sidecar was
+    offered 0.84x)."""
 
 
 @dataclass
@@ -130,16 +160,28 @@ async def _stored_spans(client: httpx.AsyncClient, url: str) -> int:
 
 
 async def measure_capacity_async(
-    url: str, traffic: ChaosTraffic, *, seconds: float = 5.0, concurrency: int = 8
+    url: str,
+    traffic: ChaosTraffic,
+    *,
+    seconds: float = 5.0,
+    concurrency: int = 8,
+    session: aiohttp.ClientSession | None = None,
 ) -> float:
-    """Acknowledged (hence durable) spans per second with `concurrency` closed-loop senders."""
+    """Acknowledged (hence durable) spans per second with `concurrency` closed-loop senders.
+
+    They send over `session` (default: a session of their own), the client the overload's
+    senders use, so that the capacity and the multiple offered are measured alike.
+    """
     tally = SendTally()
-    deadline = time.monotonic() + seconds
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        if session is None:
+            session = await stack.enter_async_context(aiohttp_session(concurrency))
+        client = session
+        deadline = time.monotonic() + seconds
 
         async def sender() -> None:
             while time.monotonic() < deadline:
-                await send_until_acknowledged(
+                await send_until_acknowledged_aiohttp(
                     client, f"{url}/v1/traces", traffic.next_request(), tally, retry_in_flight=True
                 )
 
@@ -171,6 +213,44 @@ def _export_with_sdk(url: str, batches: Sequence[Sequence[ReadableSpan]]) -> lis
 
 
 @dataclass
+class _FirstSends:
+    """When the first attempt of each offered request went out on a connection, seen
+    through the session's trace hooks (`send_until_acknowledged_aiohttp` names the request
+    of each attempt)."""
+
+    scheduled: dict[int, tuple[ChaosRequest, float]] = field(default_factory=dict)
+    """Requests offered and not sent yet, by `id()`, with their turn in the schedule."""
+    waits: list[float] = field(default_factory=list)
+    spans_sent_by: list[tuple[float, int]] = field(default_factory=list)
+    """(when, spans) of each first attempt sent."""
+
+    def trace_config(self) -> aiohttp.TraceConfig:
+        import aiohttp
+
+        config = aiohttp.TraceConfig()
+        config.on_request_headers_sent.append(self._sent)
+        return config
+
+    def offer(self, request: ChaosRequest, turn: float) -> None:
+        self.scheduled[id(request)] = (request, turn)
+
+    async def _sent(
+        self,
+        session: aiohttp.ClientSession,
+        context: SimpleNamespace,
+        params: aiohttp.TraceRequestHeadersSentParams,
+    ) -> None:
+        first = self.scheduled.pop(id(context.trace_request_ctx), None)
+        if first is not None:
+            now = time.monotonic()
+            self.waits.append(now - first[1])
+            self.spans_sent_by.append((now, len(first[0].spans)))
+
+    def spans_sent_before(self, moment: float) -> int:
+        return sum(spans for when, spans in self.spans_sent_by if when <= moment)
+
+
+@dataclass
 class _Overload:
     """One overload run against the sidecar at `url`: the paced senders, the SDK exporter,
     the query prober and the memory sampler, and what they saw."""
@@ -181,23 +261,21 @@ class _Overload:
     sdk_batches: Sequence[Sequence[ReadableSpan]]
     max_in_flight: int
     server_pid: int | None = None
+    first_sends: _FirstSends = field(default_factory=_FirstSends)
     tally: SendTally = field(default_factory=SendTally)
     offered: set[SpanKey] = field(default_factory=set)
     exporter_offered: set[SpanKey] = field(default_factory=set)
     latencies: list[float] = field(default_factory=list)
 
-    async def run(self) -> None:
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        """Overload the sidecar, sending over `session` (which holds at most
+        `max_in_flight` connections)."""
         url, report = self.url, self.report
-        limits = httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=64)
-        timeout = httpx.Timeout(120.0, pool=None)
-        async with (
-            httpx.AsyncClient(timeout=timeout, limits=limits) as client,
-            # Expire idle connections before the server's 5 s keep-alive timeout, so that a
-            # failed probe means the server failed, not a race over a closing connection.
-            httpx.AsyncClient(
-                timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)
-            ) as query_client,
-        ):
+        # Expire idle connections before the server's 5 s keep-alive timeout, so that a
+        # failed probe means the server failed, not a race over a closing connection.
+        async with httpx.AsyncClient(
+            timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)
+        ) as query_client:
             baseline = await _stored_spans(query_client, url)
             stop_queries = asyncio.Event()
             sampler = (
@@ -207,7 +285,7 @@ class _Overload:
             exporting = asyncio.create_task(
                 asyncio.to_thread(_export_with_sdk, url, self.sdk_batches)
             )
-            in_flight, sending_ended = await self._offer(client)
+            in_flight, sending_ended = await self._offer(session)
             if in_flight:
                 await asyncio.gather(*in_flight)
             results = await exporting
@@ -215,40 +293,62 @@ class _Overload:
             stop_queries.set()
             await prober
             self._count_exported(results)
-            await self._check_recovered(client, query_client, baseline)
+            await self._check_recovered(session, query_client, baseline)
             if sampler is not None:
                 sampler.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sampler
+            if self.first_sends.waits:
+                report.first_send_wait_p50_ms = percentile(self.first_sends.waits, 0.50) * 1000
+                report.first_send_wait_max_ms = max(self.first_sends.waits) * 1000
             if self.latencies:
                 report.query_p50_ms = percentile(self.latencies, 0.50) * 1000
                 report.query_p99_ms = percentile(self.latencies, 0.99) * 1000
                 report.query_max_ms = max(self.latencies) * 1000
 
-    async def _offer(self, client: httpx.AsyncClient) -> tuple[set[asyncio.Task[bool]], float]:
+    async def _offer(self, session: aiohttp.ClientSession) -> tuple[set[asyncio.Task[bool]], float]:
         """Send at `factor` × capacity for `duration` seconds, each request retried until
-        acknowledged; returns the requests still in flight and when sending ended."""
+        acknowledged; returns the requests still in flight and when sending ended.
+
+        Each request is a task of its own, so that a request waiting to retry holds up none
+        of the others, as with many exporters. The cost of a task stays the same however
+        many wait: the session hands a freed connection to the longest waiting request
+        without looking at the others, and the pacing looks at none of them. Requests are
+        prepared before their turn, so that what is offered follows the schedule.
+        """
         report = self.report
         in_flight: set[asyncio.Task[bool]] = set()
         rate = report.capacity_spans_per_s * report.factor
+        report.target_spans_per_s = rate
+        url = f"{self.url}/v1/traces"
+        cpu_started = time.process_time()
         started = time.monotonic()
         next_send = started
         first_attempts = 0
-        while time.monotonic() - started < report.duration_s:
-            request = self.traffic.next_request()
-            next_send += len(request.spans) / rate
+        request = self.traffic.next_request()
+        while next_send - started < report.duration_s:
             await asyncio.sleep(max(0.0, next_send - time.monotonic()))
             self.offered.update(request.spans)
             first_attempts += len(request.spans)
+            self.first_sends.offer(request, next_send)
             task = asyncio.create_task(
-                send_until_acknowledged(
-                    client, f"{self.url}/v1/traces", request, self.tally, retry_in_flight=True
+                send_until_acknowledged_aiohttp(
+                    session, url, request, self.tally, retry_in_flight=True
                 )
             )
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
+            report.peak_requests_in_flight = max(report.peak_requests_in_flight, len(in_flight))
+            next_send += len(request.spans) / rate
+            request = self.traffic.next_request()
         sending_ended = time.monotonic()
+        report.pacing_lag_s = max(0.0, sending_ended - next_send)
         report.offered_spans_per_s = first_attempts / (sending_ended - started)
+        report.load_cpu_share = (time.process_time() - cpu_started) / (sending_ended - started)
+        first_sends = self.first_sends
+        report.sent_spans_per_s = first_sends.spans_sent_before(sending_ended) / (
+            sending_ended - started
+        )
         return in_flight, sending_ended
 
     async def _probe_queries(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
@@ -285,7 +385,7 @@ class _Overload:
                 self.report.exporter_spans_acknowledged += len(batch)
 
     async def _check_recovered(
-        self, client: httpx.AsyncClient, query_client: httpx.AsyncClient, baseline: int
+        self, session: aiohttp.ClientSession, query_client: httpx.AsyncClient, baseline: int
     ) -> None:
         """Recovered: the queue drains and a fresh request goes through at the first attempt."""
         url, report = self.url, self.report
@@ -299,10 +399,45 @@ class _Overload:
                 await asyncio.sleep(0.1)
         report.spans_stored = await _stored_spans(query_client, url) - baseline
         probe = self.traffic.next_request()
-        fresh = await client.post(
-            f"{url}/v1/traces", content=probe.body, headers={"content-type": PROTOBUF_CONTENT_TYPE}
+        async with session.post(
+            f"{url}/v1/traces", data=probe.body, headers={"content-type": PROTOBUF_CONTENT_TYPE}
+        ) as fresh:
+            await fresh.read()
+        report.recovered = drained and fresh.status == 200
+
+
+async def _measure_and_overload(
+    url: str, drill: OverloadDrill, server_pid: int | None
+) -> _Overload:
+    """Measure the capacity (unless the drill gives it), then overload: one session for
+    both, so that the multiple is of what this very client gets through."""
+    traffic = ChaosTraffic(
+        runs_per_request=drill.runs_per_request, failed_interval_s=None, realistic=True
+    )
+    first_sends = _FirstSends()
+    async with aiohttp_session(drill.max_in_flight, [first_sends.trace_config()]) as session:
+        capacity = drill.capacity
+        if capacity is None:
+            capacity = await measure_capacity_async(
+                url, traffic, seconds=drill.capacity_seconds, session=session
+            )
+        report = OverloadReport(
+            capacity_spans_per_s=capacity, factor=drill.factor, duration_s=drill.duration
         )
-        report.recovered = drained and fresh.status_code == 200
+        if server_pid is not None:
+            rss = process_memory_kb(server_pid).get("VmRSS")
+            report.baseline_rss_mb = rss / 1024 if rss is not None else None
+        overload = _Overload(
+            url,
+            traffic,
+            report,
+            sdk_batches=[traffic.exporter_batch() for _ in range(drill.sdk_batches)],
+            max_in_flight=drill.max_in_flight,
+            server_pid=server_pid,
+            first_sends=first_sends,
+        )
+        await overload.run(session)
+    return overload
 
 
 def run_overload(
@@ -322,28 +457,8 @@ def run_overload(
     `database_url`, acknowledged spans are checked against the database one by one.
     """
     drill = drill or OverloadDrill()
-    traffic = ChaosTraffic(
-        runs_per_request=drill.runs_per_request, failed_interval_s=None, realistic=True
-    )
-    capacity = drill.capacity
-    if capacity is None:
-        capacity = measure_capacity(url, traffic, seconds=drill.capacity_seconds)
-    report = OverloadReport(
-        capacity_spans_per_s=capacity, factor=drill.factor, duration_s=drill.duration
-    )
-    if server_pid is not None:
-        rss = process_memory_kb(server_pid).get("VmRSS")
-        report.baseline_rss_mb = rss / 1024 if rss is not None else None
-    overload = _Overload(
-        url,
-        traffic,
-        report,
-        sdk_batches=[traffic.exporter_batch() for _ in range(drill.sdk_batches)],
-        max_in_flight=drill.max_in_flight,
-        server_pid=server_pid,
-    )
-    asyncio.run(overload.run())
-    tally = overload.tally
+    overload = asyncio.run(_measure_and_overload(url, drill, server_pid))
+    report, tally = overload.report, overload.tally
     report.spans_offered = len(overload.offered) + len(overload.exporter_offered)
     report.spans_acknowledged = len(tally.acknowledged)
     report.spans_given_up = len(tally.given_up)
