@@ -35,7 +35,7 @@ from faultfinder.server.api.dashboard import (
 from faultfinder.server.api.dependencies import DEPENDENCIES
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.metrics import MetricsController
-from faultfinder.server.api.otlp import OtlpTraceController
+from faultfinder.server.api.otlp import IngestServices, OtlpTraceController
 from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
@@ -195,6 +195,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             writer=writer,
             attribution=attribution,
             runs=RunService(store, jobs, LabelStore(engine), alarms, settle=sweeper.settle),
+            ingest=IngestServices(settings, writer, app.state["ingest_admission"], decoder),
         )
         try:
             async with AsyncExitStack() as daemons:

@@ -19,7 +19,7 @@ SERVICES = (
     "bench_history",
     "decoder",
     "events",
-    "ingest_admission",
+    "ingest",
     "jobs",
     "keyring",
     "metrics",
