@@ -4,12 +4,13 @@
 
 In one process, as in the sidecar: a writer stores 6-span runs (`ChaosTraffic`, as
 `faultfinder bench chaos` sends them) through `SpanStore.write_spans` as fast as the
-database takes them, while the lifecycle sweep runs every second (and enqueues jobs for
-failed runs) with a short quiet period. Reported per 10 s: runs written per second,
-write latency, and runs the sweeps settled; at the end, the runs that were due (quiet
-for longer than the quiet period) but not yet settled. A lifecycle that keeps up leaves
-about one sweep's worth of runs due; one that falls behind leaves a backlog that grows
-with the duration. The database must be empty (it is migrated first).
+database takes them (or paced, `--runs-per-second`), while the lifecycle sweep runs
+every second (and enqueues jobs for failed runs) with a short quiet period. Reported
+per 10 s: runs written per second, write latency, and runs the sweeps settled; at the
+end, the runs that were due (quiet for longer than the quiet period) but not yet
+settled. A lifecycle that keeps up leaves about one sweep's worth of runs due; one that
+falls behind leaves a backlog that grows with the duration. The database must be empty
+(it is migrated first).
 
 The batches are decoded before the clock starts, `PREPARED_PER_SECOND` per second of
 the run (about 1.7 MB each at 200 runs per write: 2 GB for 60 s), and then frozen out
@@ -66,6 +67,7 @@ async def measure(
     quiet: float,
     runs_per_write: int,
     prepared_per_second: float = PREPARED_PER_SECOND,
+    runs_per_second: float | None = None,
 ) -> SweepFigures:
     engine = create_engine(database_url)
     store, jobs = SpanStore(engine), JobQueue(engine)
@@ -79,7 +81,10 @@ async def measure(
 
     # Decoded up front (more than the writer can store in `duration`): the database and
     # the sweep are measured, not the decoder. Frozen so that the collector skips them.
-    planned = int(duration * prepared_per_second)
+    # Paced, just the writes the run needs; else as many as the writer might take.
+    per_second = runs_per_second / runs_per_write if runs_per_second else prepared_per_second
+    planned = int(duration * per_second) + 1
+    interval = 1 / per_second if runs_per_second else 0.0
     click.echo(f"decoding {planned} writes of {runs_per_write} runs before the clock starts…")
     prepared = []
     with click.progressbar(length=planned, label="decoding", file=sys.stderr) as bar:
@@ -93,7 +98,9 @@ async def measure(
     stop = start + duration
 
     async def writer() -> None:
-        for spans in prepared:
+        for number, spans in enumerate(prepared):
+            # Paced open loop: each write when it is due, whether the last one was slow or not.
+            await asyncio.sleep(max(0.0, start + number * interval - time.monotonic()))
             if time.monotonic() >= stop:
                 return
             began = time.perf_counter()
@@ -152,12 +159,20 @@ async def measure(
     help="Writes decoded before the clock starts, per second of the run (about 1.7 MB "
     "each at 200 runs): lower it for long runs on a machine whose writer is slower.",
 )
+@click.option(
+    "--runs-per-second",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Write this many runs a second (paced, open loop) instead of as fast as the "
+    "database takes them; only the writes the run needs are prepared.",
+)
 def main(
     database_url: str,
     duration: float,
     quiet: float,
     runs_per_write: int,
     prepared_per_second: float,
+    runs_per_second: float | None,
 ) -> None:
     upgrade(database_url, show_progress=False)
     figures = asyncio.run(
@@ -167,6 +182,7 @@ def main(
             quiet=quiet,
             runs_per_write=runs_per_write,
             prepared_per_second=prepared_per_second,
+            runs_per_second=runs_per_second,
         )
     )
     due_at = dict(
