@@ -71,8 +71,9 @@ class RetryAdvice:
 
     Each refusal is remembered until the time it advised has passed: that many senders
     are waiting. Ingest's rate is the most requests it acknowledged in one second over
-    the last `memory` seconds (at least one a second): while senders are away the rate
-    of acknowledgements falls, and judging by it would send them away for longer still.
+    the last `memory` seconds (at least one a second): while senders are away, or the
+    store stalls for a while, the rate of acknowledgements falls, and judging by it
+    would send them away for longer still.
     A fixed advice instead brings every waiting sender back each time, to be refused
     again; under twice the capacity that re-refusing (each refusal reads its body) took
     most of the core and the writer fell behind. Between `minimum` and `maximum` seconds.
@@ -83,7 +84,7 @@ class RetryAdvice:
         minimum: int,
         maximum: int,
         *,
-        memory: int = 30,
+        memory: int = 300,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.minimum = minimum

@@ -121,9 +121,10 @@ class Settings(BaseSettings):
         "the senders already waiting.",
     )
     retry_after_max: int = Field(
-        default=30,
+        default=300,
         ge=1,
-        description="The most seconds suggested in Retry-After under sustained overload.",
+        description="The most seconds suggested in Retry-After under sustained overload "
+        "(the OpenTelemetry Collector's exporters keep retrying for 300 s by default).",
     )
     migrate_on_start: bool = Field(
         default=True, description="Upgrade the database schema to the latest revision on start."

@@ -27,6 +27,10 @@ __all__ = [
 
 _THROTTLED = frozenset({429, 503})
 
+MAX_RETRY_AFTER_S = 300.0
+"""The longest Retry-After the senders honour, as an OpenTelemetry Collector exporter
+(which keeps retrying for 300 s by default) would."""
+
 
 @dataclass
 class SendTally:
@@ -202,7 +206,7 @@ class _Waits:
         if retry_after is None:
             tally.throttled_without_retry_after += 1
         # Jitter keeps refused senders from coming back in lockstep.
-        delay = retry_after_seconds(retry_after, default=1.0, cap=30.0)
+        delay = retry_after_seconds(retry_after, default=1.0, cap=MAX_RETRY_AFTER_S)
         await asyncio.sleep(delay * random.uniform(0.5, 1.5))
         return True
 
