@@ -92,8 +92,9 @@ class RetryAdvice:
         self._clock = clock
         self._returns: list[float] = []
         """When the senders refused so far are due back (a heap)."""
-        self._taken: deque[list[int]] = deque(maxlen=memory + 1)
-        """[second, requests acknowledged in it], oldest first."""
+        self._memory = memory
+        self._taken: deque[list[int]] = deque()
+        """[second, requests acknowledged in it], oldest first, the last `memory` seconds."""
 
     def _waiting(self, now: float) -> int:
         returns = self._returns
@@ -101,13 +102,19 @@ class RetryAdvice:
             heapq.heappop(returns)
         return len(returns)
 
-    def _rate(self) -> int:
-        return max(1, max((count for _, count in self._taken), default=1))
+    def _forget(self, second: int) -> None:
+        while self._taken and self._taken[0][0] <= second - self._memory:
+            self._taken.popleft()
+
+    def _rate(self, now: float) -> int:
+        self._forget(int(now))
+        return max((count for _, count in self._taken), default=1)
 
     def current(self) -> int:
         """The advice a refusal would get now (nothing recorded)."""
-        waiting = self._waiting(self._clock())
-        return min(self.maximum, max(self.minimum, math.ceil((waiting + 1) / self._rate())))
+        now = self._clock()
+        waiting = self._waiting(now)
+        return min(self.maximum, max(self.minimum, math.ceil((waiting + 1) / self._rate(now))))
 
     def refused(self) -> int:
         """Seconds to advise a sender refused now; it counts as waiting until then."""
@@ -122,8 +129,7 @@ class RetryAdvice:
         if self._taken and self._taken[-1][0] == second:
             self._taken[-1][1] += 1
         else:
-            while self._taken and self._taken[0][0] < second - (self._taken.maxlen or 1) + 1:
-                self._taken.popleft()
+            self._forget(second)
             self._taken.append([second, 1])
 
 

@@ -195,7 +195,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             writer=writer,
             attribution=attribution,
             runs=RunService(store, jobs, LabelStore(engine), alarms, settle=sweeper.settle),
-            ingest=IngestServices(settings, writer, app.state["ingest_admission"], decoder),
+            ingest=IngestServices(
+                settings,
+                writer,
+                IngestAdmission(
+                    settings.ingest_inflight_bytes, settings.retry_after, settings.retry_after_max
+                ),
+                decoder,
+            ),
         )
         try:
             async with AsyncExitStack() as daemons:
@@ -282,9 +289,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 "keyring": keys,
                 "events": events,
                 "metrics": metrics,
-                "ingest_admission": IngestAdmission(
-                    settings.ingest_inflight_bytes, settings.retry_after, settings.retry_after_max
-                ),
             }
         ),
     )
