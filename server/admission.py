@@ -144,3 +144,16 @@ class IngestAdmission:
         self.advice = RetryAdvice(retry_after, retry_after_max)
         self.coming_spans = 0
         """Estimated spans of the requests being received or decoded."""
+
+    def queue_refusal(self, queued: int, expected: int, limit: int) -> str:
+        """Why a request of about `expected` spans must be refused before it is read or
+        decoded, or "" to take it: the spans `queued` for the writer and those of the
+        requests let in and still being read or decoded leave no room for it under
+        `limit`. Each of those would otherwise be decoded only to find the queue full."""
+        waiting = queued + self.coming_spans
+        if waiting and waiting + expected > limit:
+            return (
+                f"ingest queue full ({queued} spans waiting, about "
+                f"{self.coming_spans} more arriving, limit {limit})"
+            )
+        return ""

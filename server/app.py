@@ -186,6 +186,11 @@ def create_app(settings: Settings | None = None) -> Litestar:
         decoder = BodyDecoder(settings.decoder_processes)
         switch_interval = sys.getswitchinterval()
         sweeper = LifecycleSweeper(store, jobs, settings, events)
+        # One admission for both receivers: refusals on either count as senders waiting,
+        # acknowledgements on either as the rate ingest takes them.
+        admission = IngestAdmission(
+            settings.ingest_inflight_bytes, settings.retry_after, settings.retry_after_max
+        )
         app.state.update(
             alarms=alarms,
             bench_history=BenchHistory(engine),
@@ -195,14 +200,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             writer=writer,
             attribution=attribution,
             runs=RunService(store, jobs, LabelStore(engine), alarms, settle=sweeper.settle),
-            ingest=IngestServices(
-                settings,
-                writer,
-                IngestAdmission(
-                    settings.ingest_inflight_bytes, settings.retry_after, settings.retry_after_max
-                ),
-                decoder,
-            ),
+            ingest=IngestServices(settings, writer, admission, decoder),
         )
         try:
             async with AsyncExitStack() as daemons:
@@ -211,14 +209,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 await daemons.enter_async_context(writer)
                 await daemons.enter_async_context(webhooks)
                 if settings.grpc_enabled:
-                    receiver = GrpcReceiver(
-                        writer,
-                        keys,
-                        host=settings.host,
-                        port=settings.grpc_port,
-                        max_message_bytes=settings.max_decompressed_bytes,
-                        max_spans=settings.max_spans_per_request,
-                    )
+                    receiver = GrpcReceiver(writer, keys, admission, settings)
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
                 await daemons.enter_async_context(sweeper)

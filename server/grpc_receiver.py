@@ -1,7 +1,11 @@
 """OTLP/gRPC TraceService on its own port, sharing the ingest pipeline with OTLP/HTTP.
 
-A full queue answers UNAVAILABLE (retryable per the OTLP spec) so exporters back off. The
-service parses each request's bytes itself, so a message that is not an
+A full queue answers UNAVAILABLE (retryable per the OTLP spec) with a RetryInfo giving
+the same wait the OTLP/HTTP receiver would give in Retry-After (`server/admission.py`,
+one admission for both receivers): as `grpc-status-details-bin`, where the Collector's
+exporters look for it, and as `google.rpc.retryinfo-bin`, where the OpenTelemetry Python
+exporter does. A request that would find the queue full is refused before it is parsed.
+The service parses each request's bytes itself, so a message that is not an
 `ExportTraceServiceRequest` gets INVALID_ARGUMENT (not retried), not gRPC's UNKNOWN and
 a logged traceback.
 """
@@ -12,14 +16,18 @@ import logging
 import time
 
 import grpc
+from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from faultfinder.conventions import PROJECT_HEADER
+from faultfinder.server.admission import IngestAdmission, SpansPerByte
 from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.errors import TooManySpansError
 from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
-from faultfinder.server.otlp.decode import DecodeError, decode_request
+from faultfinder.server.otlp.decode import DecodedBatch, DecodeError, decode_request
+from faultfinder.server.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +35,47 @@ log = logging.getLogger(__name__)
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
+def retry_trailers(message: str, seconds: int) -> tuple[tuple[str, bytes], ...]:
+    """Trailing metadata that tells a refused exporter to come back after `seconds`."""
+    retry_info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds))
+    detail = any_pb2.Any()
+    detail.Pack(retry_info)
+    status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message, details=[detail])
+    return (
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", retry_info.SerializeToString()),
+    )
+
+
 class _TraceService:
-    def __init__(self, writer: SpanWriter, keys: KeyRing, max_spans: int | None) -> None:
+    def __init__(
+        self,
+        writer: SpanWriter,
+        keys: KeyRing,
+        admission: IngestAdmission,
+        *,
+        max_spans: int | None,
+        queue_limit: int,
+        retry_after: int,
+    ) -> None:
         self._writer = writer
         self._keys = keys
+        self._admission = admission
         self._max_spans = max_spans
+        self._queue_limit = queue_limit
+        self._retry_after = retry_after
+        self._spans_per_byte = SpansPerByte(initial=1 / 1000)
+        """Learned apart from OTLP/HTTP's: gRPC hands over bodies already inflated."""
+
+    async def _retry_later(
+        self,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        message: str,
+        seconds: int,
+    ) -> None:
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE, message, trailing_metadata=retry_trailers(message, seconds)
+        )
 
     async def Export(
         self,
@@ -46,6 +90,45 @@ class _TraceService:
             if not self._keys.may_ingest(key):
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
         project = metadata.get(PROJECT_HEADER)
+        admission = self._admission
+        expected = self._spans_per_byte.estimate(len(body))
+        message = admission.queue_refusal(self._writer.queued_spans, expected, self._queue_limit)
+        if message:
+            self._writer.counters.reject_request("saturated")
+            await self._retry_later(context, message, admission.advice.refused())
+        admission.coming_spans += expected
+        try:
+            batch = await self._decode(body, project, context)
+        finally:
+            admission.coming_spans -= expected
+        self._spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
+        if batch.rejected:
+            self._writer.counters.reject_spans("invalid_span", batch.rejected)
+        self._writer.counters.values_truncated += batch.truncated_values
+        try:
+            stored = await self._writer.submit(batch.spans)
+        except IngestSaturatedError as exc:
+            await self._retry_later(context, str(exc), admission.advice.refused())
+            raise AssertionError("unreachable") from exc
+        except IngestUnavailableError as exc:
+            # The database or a shutdown, not the load: the configured wait.
+            await self._retry_later(context, str(exc), self._retry_after)
+            raise AssertionError("unreachable") from exc
+        admission.advice.taken()
+        response = trace_service_pb2.ExportTraceServiceResponse()
+        if batch.rejected or stored.rejected:
+            response.partial_success.rejected_spans = batch.rejected + stored.rejected
+            response.partial_success.error_message = "; ".join(
+                filter(None, (batch.error_message, stored.error_message))
+            )
+        return response
+
+    async def _decode(
+        self,
+        body: bytes,
+        project: object,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> DecodedBatch:
         decode_started = time.perf_counter()
         try:
             request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
@@ -70,21 +153,7 @@ class _TraceService:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise AssertionError("unreachable") from exc
         self._writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
-        if batch.rejected:
-            self._writer.counters.reject_spans("invalid_span", batch.rejected)
-        self._writer.counters.values_truncated += batch.truncated_values
-        try:
-            stored = await self._writer.submit(batch.spans)
-        except (IngestSaturatedError, IngestUnavailableError) as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            raise AssertionError("unreachable") from exc
-        response = trace_service_pb2.ExportTraceServiceResponse()
-        if batch.rejected or stored.rejected:
-            response.partial_success.rejected_spans = batch.rejected + stored.rejected
-            response.partial_success.error_message = "; ".join(
-                filter(None, (batch.error_message, stored.error_message))
-            )
-        return response
+        return batch
 
 
 def _text(value: object) -> str | None:
@@ -95,20 +164,18 @@ class GrpcReceiver:
     """The gRPC server as a small daemon: `async with GrpcReceiver(...)`."""
 
     def __init__(
-        self,
-        writer: SpanWriter,
-        keys: KeyRing,
-        *,
-        host: str,
-        port: int,
-        max_message_bytes: int,
-        max_spans: int | None = None,
+        self, writer: SpanWriter, keys: KeyRing, admission: IngestAdmission, settings: Settings
     ) -> None:
-        self._writer = writer
-        self._keys = keys
-        self._max_spans = max_spans
-        self._address = f"{host}:{port}"
-        self._max_message_bytes = max_message_bytes
+        self._service = _TraceService(
+            writer,
+            keys,
+            admission,
+            max_spans=settings.max_spans_per_request,
+            queue_limit=settings.ingest_queue_spans,
+            retry_after=settings.retry_after,
+        )
+        self._address = f"{settings.host}:{settings.grpc_port}"
+        self._max_message_bytes = settings.max_decompressed_bytes
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
 
@@ -119,9 +186,8 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        service = _TraceService(self._writer, self._keys, self._max_spans)
         export = grpc.unary_unary_rpc_method_handler(
-            service.Export,  # the request's bytes as they came (no deserializer)
+            self._service.Export,  # the request's bytes as they came (no deserializer)
             response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
         )
         server.add_generic_rpc_handlers(

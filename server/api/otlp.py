@@ -131,13 +131,10 @@ def _refusal(
     """Why a request must be refused before its body is read, or "" to take it. The
     requests let in and still being read or decoded count as queued already: each would
     otherwise be read and decoded only to find the queue full."""
-    waiting = writer.queued_spans + admission.coming_spans
-    if waiting and waiting + expected > limit:
+    message = admission.queue_refusal(writer.queued_spans, expected, limit)
+    if message:
         writer.counters.reject_request("saturated")
-        return (
-            f"ingest queue full ({writer.queued_spans} spans waiting, about "
-            f"{admission.coming_spans} more arriving, limit {limit})"
-        )
+        return message
     if admission.bytes.would_pass(declared):
         writer.counters.reject_request("inflight")
         return _busy(admission.bytes)

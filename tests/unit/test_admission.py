@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from faultfinder.server.admission import RetryAdvice, SpansPerByte
+from faultfinder.server.admission import IngestAdmission, RetryAdvice, SpansPerByte
 
 
 class _Clock:
@@ -107,3 +107,16 @@ def test_spans_are_estimated_from_the_bodies_already_decoded() -> None:
         estimate.observe(body_bytes=100_000, spans=40)
     assert estimate.estimate(50_000) == 20
     assert estimate.estimate(0) == 1
+
+
+def test_requests_being_decoded_count_as_queued_and_a_lone_request_always_passes() -> None:
+    admission = IngestAdmission(inflight_bytes=1 << 20, retry_after=1, retry_after_max=300)
+    # Nothing queued or arriving: even a request larger than the queue is taken (the
+    # writer splits it), else it could never be sent.
+    assert admission.queue_refusal(queued=0, expected=500, limit=100) == ""
+    assert admission.queue_refusal(queued=40, expected=60, limit=100) == ""
+    admission.coming_spans = 30  # let in, still being decoded
+    refusal = admission.queue_refusal(queued=40, expected=60, limit=100)
+    assert "40 spans waiting" in refusal and "30 more arriving" in refusal
+    admission.coming_spans = 0
+    assert admission.queue_refusal(queued=40, expected=60, limit=100) == ""
