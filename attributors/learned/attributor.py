@@ -19,6 +19,7 @@ from faultfinder.attributors.learned.blame import (
     softmax,
 )
 from faultfinder.attributors.learned.evidence import (
+    DECISIVE,
     RELAYED,
     STRONG,
     Evidence,
@@ -217,9 +218,14 @@ def _evidence_first(
     positional), while another blameable step carries strong evidence, the best-ranked
     such step leads (the former leader is returned as overruled). A positional habit may
     break ties, never outvote evidence; a lead the model learned from what steps show (a
-    team's own labels, say) stands."""
+    team's own labels, say) stands, except against `DECISIVE` evidence, which the run's
+    own data proves."""
     top = order[0]
     own = [item for item in evidence[top] if item.kind not in RELAYED]
+    if not own:
+        proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
+        if proven:
+            return [proven[0], *(i for i in order if i != proven[0])], top
     if own or not _positional(explained, top, order, row):
         return order, None
     backed = [i for i in order if strongest(evidence[i]) >= STRONG]

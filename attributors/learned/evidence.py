@@ -5,7 +5,8 @@ states right after a tool reported other figures, the first statement of a final
 nothing observed supports, a figure no observation holds, a tool error after an agent's
 call, a figure contradicting the correct answer, the first time an agent repeats a tool
 call whose answer it already has, a turn that passes on none of the figures its own
-tools just returned, repetition, invented data, giving up.
+tools just returned, a superlative ("the cheapest is X") that the records a tool returned
+contradict, repetition, invented data, giving up.
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -19,18 +20,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from faultfinder.attributors.comparisons import Superlatives
 from faultfinder.attributors.heuristics import error_signals
 from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.attributors.provenance import tool_calls
 
-__all__ = ["RELAYED", "STRONG", "Evidence", "step_evidence", "strongest"]
+__all__ = ["DECISIVE", "RELAYED", "STRONG", "Evidence", "step_evidence", "strongest"]
 
 STRONG = 0.6
 """Evidence at least this strong decides between steps (see the module's docstring)."""
 
 _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
+
+DECISIVE = frozenset({"contradicts-records"})
+"""Evidence the run's own data proves: a step carrying it leads over a step that carries
+no evidence, whatever the model's features say of that step."""
 
 RELAYED = frozenset({"repeats-unsupported-figure"})
 """Evidence that a step passed on someone else's error: it points at the origin."""
@@ -67,11 +73,16 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
     found: list[list[Evidence]] = [[] for _ in steps]
     actor: int | None = None
     repeats = _RepeatedCalls()
+    superlatives = Superlatives()
     for i, step in enumerate(steps):
         if facts[i].acting:
             actor = i
             found[i].extend(_value_evidence(trajectory, features, i))
             found[i].extend(_cue_evidence(step.agent, features.named[i], i))
+        superlative = superlatives.push(step, acting=facts[i].acting)
+        if superlative is not None:
+            text = superlative.said_by(step.agent)
+            found[i].append(Evidence(i, "contradicts-records", 0.9, text))
         repeated = repeats.push(step, i, acting=facts[i].acting, error=facts[i].error > 0)
         if repeated is not None:
             found[i].append(repeated)

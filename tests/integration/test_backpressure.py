@@ -29,7 +29,8 @@ def _advised_wait(error: grpc.aio.AioRpcError) -> int:
     collector = error_details_pb2.RetryInfo()
     assert status.details[0].Unpack(collector)
     assert collector == python_exporter
-    return python_exporter.retry_delay.seconds
+    seconds: int = python_exporter.retry_delay.seconds
+    return seconds
 
 
 async def test_a_stalled_store_gets_503_with_retry_after_then_recovers(

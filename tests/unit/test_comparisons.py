@@ -1,0 +1,105 @@
+"""A superlative an agent states is checked against the records its tools returned."""
+
+from __future__ import annotations
+
+import orjson
+
+from faultfinder.attributors.base import AttributeOptions, get_attributor
+from faultfinder.attributors.comparisons import Superlatives, records_in
+from faultfinder.attributors.heuristics import is_acting_step
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+
+FLIGHTS = [
+    {"flight": "TP 433", "eur": 89, "stops": 0},
+    {"flight": "AF 1024", "eur": 140, "stops": 0},
+]
+
+
+def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Trajectory:
+    search = "flights.search"
+    steps = [
+        Step(index=0, agent="Planner", kind=StepKind.MESSAGE, content="Searcher: list flights."),
+        Step(
+            index=1,
+            agent="Searcher",
+            kind=StepKind.MESSAGE,
+            content="Searching.",
+            tool_name=search,
+            tool_arguments='{"from": "CDG", "to": "LIS"}',
+        ),
+        Step(
+            index=2,
+            agent=search,
+            kind=StepKind.TOOL,
+            content=orjson.dumps(output).decode(),
+            tool_name=search,
+        ),
+        Step(index=3, agent="Analyst", kind=StepKind.MESSAGE, content=claim),
+        Step(index=4, agent="Planner", kind=StepKind.MESSAGE, content=f"Booking {final}."),
+    ]
+    return Trajectory(
+        run_id="flights",
+        task="Book the cheapest Friday flight from Paris to Lisbon.",
+        final_answer=final,
+        steps=tuple(steps),
+    )
+
+
+def _contradiction(trajectory: Trajectory) -> tuple[int, str] | None:
+    superlatives = Superlatives()
+    for step in trajectory.steps:
+        found = superlatives.push(step, acting=is_acting_step(step))
+        if found is not None:
+            return step.index, found.said_by(step.agent)
+    return None
+
+
+def test_a_superlative_the_records_contradict_is_found_and_said_in_words() -> None:
+    found = _contradiction(_run("The cheapest option is AF 1024, leaving at 9:10."))
+    assert found == (
+        3,
+        "Analyst called AF 1024 the cheapest after flights.search had returned TP 433 with"
+        " eur 89 against 140 for AF 1024",
+    )
+
+
+def test_a_superlative_the_records_support_or_cannot_judge_is_not_evidence() -> None:
+    assert _contradiction(_run("The cheapest option is TP 433.", final="TP 433")) is None
+    # The most expensive one is AF 1024: true.
+    assert _contradiction(_run("AF 1024 is the most expensive; TP 433 is fine.")) is None
+    # Two records named in the one sentence: which one is called cheapest is unclear.
+    assert _contradiction(_run("Of TP 433 and AF 1024, the cheapest is clear.")) is None
+    # No superlative, or a record no list holds.
+    assert _contradiction(_run("AF 1024 leaves at 9:10.")) is None
+    assert _contradiction(_run("The cheapest is LH 1170.")) is None
+
+
+def test_the_field_the_sentence_names_decides_and_constant_fields_say_nothing() -> None:
+    timed = [
+        {"flight": "TP 433", "eur": 89, "minutes": 150},
+        {"flight": "AF 1024", "eur": 140, "minutes": 95},
+    ]
+    assert _contradiction(_run("AF 1024 has the shortest minutes in the air.", timed)) is None
+    found = _contradiction(_run("TP 433 has the lowest minutes in the air.", timed))
+    assert found is not None and "AF 1024 with minutes 95 against 150 for TP 433" in found[1]
+
+
+def test_records_are_read_from_json_lists_wrapped_lists_and_objects_keyed_by_name() -> None:
+    keyed = {"TP 433": {"eur": 89}, "AF 1024": {"eur": 140}}
+    found = _contradiction(_run("The cheapest is AF 1024.", keyed))
+    assert found is not None and "TP 433 with eur 89" in found[1]
+    wrapped = records_in(orjson.dumps({"results": FLIGHTS, "count": 2}).decode(), 2, "search")
+    assert wrapped is not None and len(wrapped.names) == 2
+    assert records_in("TP 433: 89 EUR; AF 1024: 140 EUR", 2, "search") is None
+    assert records_in('[{"flight": "TP 433"}]', 2, "search") is None  # one record compares nothing
+    assert records_in("[{not json", 2, "search") is None
+
+
+async def test_the_zero_llm_attributors_blame_the_contradicted_claim_and_say_why() -> None:
+    trajectory = _run("Compared the list: the cheapest option is AF 1024.")
+    for method in ("learned", "first_error"):
+        attribution = await get_attributor(method).attribute(trajectory, AttributeOptions())
+        assert (attribution.step, attribution.agent) == (3, "Analyst"), attribution.reason
+        assert "called AF 1024 the cheapest after flights.search had returned TP 433" in (
+            attribution.reason
+        ), attribution.reason
