@@ -3,15 +3,16 @@
 "The cheapest flight is AF 1024" right after a search returned TP 433 at 89 EUR and
 AF 1024 at 140 EUR states no figure of its own, so value provenance has nothing to check;
 the claim is still plainly wrong, and the tool output says so. This module reads tool
-outputs that are JSON lists of objects (records), finds a sentence that calls one
-record's name the cheapest, largest, … , and reports when that record is beaten on every
-numeric field the records share, in the direction the word says. It holds on any
-framework: it reads only text and JSON, and a claim is reported only when every record
-list that names the claimed record disagrees with it.
+outputs that are JSON or Python literals holding records (a list of objects), finds a
+sentence that calls one record's name the cheapest, largest, … , and reports when that
+record is beaten on every numeric field the sentence can mean, in the direction the word
+says. It holds on any framework: it reads only text, and a claim is reported only when
+every record list that names the claimed record disagrees with it.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,8 +97,9 @@ class Superlatives:
 
 
 def records_in(text: str | None, source: int, tool: str) -> Records | None:
-    """The records of a tool output in JSON: a list of at least two objects, an object
-    holding one such list, or an object of objects keyed by name; else None."""
+    """The records of a tool output in JSON or as a Python literal: a list of at least two
+    objects, an object holding one such list, or an object of objects keyed by name; else
+    None."""
     if not text or len(text) > _MAX_OUTPUT_CHARS:
         return None
     stripped = text.lstrip()
@@ -106,7 +108,12 @@ def records_in(text: str | None, source: int, tool: str) -> Records | None:
     try:
         data = orjson.loads(stripped)
     except orjson.JSONDecodeError:
-        return None
+        # A Python literal: what frameworks that str() a tool's return value send
+        # (the OpenAI Agents SDK, CrewAI, smolagents' printed observations).
+        try:
+            data = ast.literal_eval(stripped)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
     items = _items(data)
     if items is None:
         return None

@@ -90,7 +90,11 @@ def test_records_are_read_from_json_lists_wrapped_lists_and_objects_keyed_by_nam
     assert found is not None and "TP 433 with eur 89" in found[1]
     wrapped = records_in(orjson.dumps({"results": FLIGHTS, "count": 2}).decode(), 2, "search")
     assert wrapped is not None and len(wrapped.names) == 2
+    # The Python literal a framework sends when it str()s a tool's return value.
+    literal = records_in(str(FLIGHTS), 2, "search")
+    assert literal is not None and literal.numbers[1]["eur"] == 140
     assert records_in("TP 433: 89 EUR; AF 1024: 140 EUR", 2, "search") is None
+    assert records_in("[" * 100_000, 2, "search") is None  # too deep to parse: no records
     assert records_in('[{"flight": "TP 433"}]', 2, "search") is None  # one record compares nothing
     assert records_in("[{not json", 2, "search") is None
 
