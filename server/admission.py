@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["BestRate", "InflightBytes", "IngestAdmission", "RetryAdvice", "SpansPerByte"]
+__all__ = ["InflightBytes", "IngestAdmission", "RetryAdvice", "SpansPerByte"]
 
 _MAX_REMEMBERED = 1_000_000
 """Refusals remembered at most (a float each), however many senders wait."""
@@ -64,42 +64,6 @@ class SpansPerByte:
         return max(1, math.ceil(body_bytes * self.value))
 
 
-class BestRate:
-    """The most of something counted in one second over the last `memory` seconds (at
-    least `floor`): a rate that a stall, or senders staying away, does not pull down."""
-
-    def __init__(
-        self, *, memory: int = 300, floor: int = 1, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._memory = memory
-        self._floor = floor
-        self._clock = clock
-        self._seconds: deque[list[int]] = deque()
-        """[second, count in it], oldest first, the last `memory` seconds."""
-
-    def _forget(self, second: int) -> None:
-        while self._seconds and self._seconds[0][0] <= second - self._memory:
-            self._seconds.popleft()
-
-    def add(self, count: int = 1) -> None:
-        second = int(self._clock())
-        if self._seconds and self._seconds[-1][0] == second:
-            self._seconds[-1][1] += count
-        else:
-            self._forget(second)
-            self._seconds.append([second, count])
-
-    def best(self) -> int:
-        self._forget(int(self._clock()))
-        return max((count for _, count in self._seconds), default=self._floor)
-
-    @property
-    def known(self) -> bool:
-        """Whether anything was counted in the last `memory` seconds."""
-        self._forget(int(self._clock()))
-        return bool(self._seconds)
-
-
 class RetryAdvice:
     """The Retry-After to give a refused sender: the time ingest needs to take the senders
     already told to wait, so that refused senders come back one after another at about the
@@ -128,8 +92,9 @@ class RetryAdvice:
         self._clock = clock
         self._returns: list[float] = []
         """When the senders refused so far are due back (a heap)."""
-        self._taken = BestRate(memory=memory, clock=clock)
-        """Requests acknowledged per second."""
+        self._memory = memory
+        self._taken: deque[list[int]] = deque()
+        """[second, requests acknowledged in it], oldest first, the last `memory` seconds."""
 
     def _waiting(self, now: float) -> int:
         returns = self._returns
@@ -137,12 +102,19 @@ class RetryAdvice:
             heapq.heappop(returns)
         return len(returns)
 
+    def _forget(self, second: int) -> None:
+        while self._taken and self._taken[0][0] <= second - self._memory:
+            self._taken.popleft()
+
+    def _rate(self, now: float) -> int:
+        self._forget(int(now))
+        return max((count for _, count in self._taken), default=1)
+
     def current(self) -> int:
         """The advice a refusal would get now (nothing recorded)."""
         now = self._clock()
         waiting = self._waiting(now)
-        rate = self._taken.best()
-        return min(self.maximum, max(self.minimum, math.ceil((waiting + 1) / rate)))
+        return min(self.maximum, max(self.minimum, math.ceil((waiting + 1) / self._rate(now))))
 
     def refused(self) -> int:
         """Seconds to advise a sender refused now; it counts as waiting until then."""
@@ -153,7 +125,12 @@ class RetryAdvice:
 
     def taken(self) -> None:
         """A request was acknowledged."""
-        self._taken.add()
+        second = int(self._clock())
+        if self._taken and self._taken[-1][0] == second:
+            self._taken[-1][1] += 1
+        else:
+            self._forget(second)
+            self._taken.append([second, 1])
 
 
 class IngestAdmission:

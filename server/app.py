@@ -142,7 +142,6 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 store.write_spans, events, group_by_conversation=settings.group_by_conversation
             ),
             max_queued_spans=settings.ingest_queue_spans,
-            queue_seconds=settings.ingest_queue_seconds,
             max_batch_spans=settings.ingest_batch_spans,
             ack_timeout=settings.ingest_ack_timeout,
             budget=RunSpanBudget(
@@ -150,7 +149,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 functools.partial(run_id_of, group_by_conversation=settings.group_by_conversation),
             ),
         )
-        metrics.attach(writer)
+        metrics.attach(writer, queue_capacity=settings.ingest_queue_spans)
         learned_model = await asyncio.to_thread(learned_model_for, settings)
         attribution = AttributionService(
             store,

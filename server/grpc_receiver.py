@@ -55,12 +55,14 @@ class _TraceService:
         admission: IngestAdmission,
         *,
         max_spans: int | None,
+        queue_limit: int,
         retry_after: int,
     ) -> None:
         self._writer = writer
         self._keys = keys
         self._admission = admission
         self._max_spans = max_spans
+        self._queue_limit = queue_limit
         self._retry_after = retry_after
         self._spans_per_byte = SpansPerByte(initial=1 / 1000)
         """Learned apart from OTLP/HTTP's: gRPC hands over bodies already inflated."""
@@ -90,8 +92,7 @@ class _TraceService:
         project = metadata.get(PROJECT_HEADER)
         admission = self._admission
         expected = self._spans_per_byte.estimate(len(body))
-        writer = self._writer
-        message = admission.queue_refusal(writer.queued_spans, expected, writer.queue_limit)
+        message = admission.queue_refusal(self._writer.queued_spans, expected, self._queue_limit)
         if message:
             self._writer.counters.reject_request("saturated")
             await self._retry_later(context, message, admission.advice.refused())
@@ -170,6 +171,7 @@ class GrpcReceiver:
             keys,
             admission,
             max_spans=settings.max_spans_per_request,
+            queue_limit=settings.ingest_queue_spans,
             retry_after=settings.retry_after,
         )
         self._address = f"{settings.host}:{settings.grpc_port}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,10 +46,6 @@ FAIL_FAST_AFTER = 2.0
 
 _FAILING_CHECK_INTERVAL = 0.25
 """Seconds between a waiting request's looks at whether writes have been failing."""
-
-_SPEED_MEMORY = 300.0
-"""Seconds the writer remembers its best speed for `queue_limit`: a stall, or a quiet
-spell of small batches, does not shrink the queue for longer than this."""
 
 
 STOP_GRACE = 10.0
@@ -201,18 +196,11 @@ class SpanWriter(Daemon):
         retry_backoff: tuple[float, float] = (0.05, 2.0),
         transient_attempts: int = 8,
         budget: RunSpanBudget | None = None,
-        queue_seconds: float | None = None,
     ) -> None:
         """`transient_attempts`: tries of one batch that keeps failing with transient
         errors before it is split (with the default backoff, about 7 s). `budget` keeps
-        each run within its most spans (the rest of a full run's spans are refused).
-        `queue_seconds`: the queue holds at most what the writer stores in that long at
-        its best speed of the last 5 minutes (`queue_limit`)."""
+        each run within its most spans (the rest of a full run's spans are refused)."""
         super().__init__()
-        self._queue_seconds = queue_seconds
-        self._speeds: deque[tuple[float, float]] = deque()
-        """(when, spans per second) of each batch written, the last `_SPEED_MEMORY` s, each
-        faster than every later one kept (their first is the best)."""
         self._budget = budget
         self._write = write
         self._max_queued = max_queued_spans
@@ -241,34 +229,6 @@ class SpanWriter(Daemon):
     def queued_spans(self) -> int:
         return self._queued_spans
 
-    @property
-    def queue_limit(self) -> int:
-        """The spans that may wait: `max_queued_spans`, or fewer when the writer's best
-        speed of the last 5 minutes would not store them within `queue_seconds` (never
-        less than one batch). A slow store gets a short queue: an acknowledgement does not
-        wait much longer than `queue_seconds`, which exporters' own timeouts allow (the
-        OpenTelemetry SDK's default is 10 s), and the memory of the queue follows."""
-        if self._queue_seconds is None:
-            return self._max_queued
-        self._forget_speeds(time.monotonic())
-        if not self._speeds:
-            return self._max_queued
-        by_speed = math.ceil(self._speeds[0][1] * self._queue_seconds)
-        return min(self._max_queued, max(self._max_batch, by_speed))
-
-    def _forget_speeds(self, now: float) -> None:
-        while self._speeds and self._speeds[0][0] <= now - _SPEED_MEMORY:
-            self._speeds.popleft()
-
-    def _wrote(self, spans: int, seconds: float) -> None:
-        now = time.monotonic()
-        speed = spans / max(seconds, 1e-6)
-        # Monotonic deque: a batch slower than a later one can never be the best again.
-        while self._speeds and self._speeds[-1][1] <= speed:
-            self._speeds.pop()
-        self._speeds.append((now, speed))
-        self._forget_speeds(now)
-
     def stop_requested(self) -> None:
         self._stop_requested_at = time.monotonic()
         self._wakeup.set()
@@ -293,11 +253,10 @@ class SpanWriter(Daemon):
             # caller wait out the ack timeout: it hears 503 now and retries later.
             self.counters.reject_request("database_unavailable")
             raise IngestUnavailableError(f"the database is not taking writes ({self.failing})")
-        limit = self.queue_limit
-        if self._queued_spans + len(spans) > limit and self._queued_spans > 0:
+        if self._queued_spans + len(spans) > self._max_queued and self._queued_spans > 0:
             self.counters.reject_request("saturated")
             raise IngestSaturatedError(
-                f"ingest queue full ({self._queued_spans} spans waiting, limit {limit})"
+                f"ingest queue full ({self._queued_spans} spans waiting, limit {self._max_queued})"
             )
         full = Admitted(spans) if self._budget is None else self._budget.admit(spans)
         if full.refused:
@@ -457,9 +416,7 @@ class SpanWriter(Daemon):
                 backoff = min(backoff * 2, self._backoff_max)
                 continue
             self._failing = None
-            seconds = time.perf_counter() - started
-            self.counters.commit_seconds.observe(seconds)
-            self._wrote(len(spans), seconds)
+            self.counters.commit_seconds.observe(time.perf_counter() - started)
             self.counters.spans_stored += len(spans)
             self.counters.batches_written += 1
             return None

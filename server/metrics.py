@@ -56,6 +56,7 @@ class LiveCollector(Collector):
 
     def __init__(self) -> None:
         self.writer: SpanWriter | None = None
+        self.queue_capacity: int | None = None
         self.snapshot = DatabaseSnapshot()
 
     def collect(self) -> Iterator[Metric]:
@@ -95,9 +96,7 @@ class LiveCollector(Collector):
         )
         capacity = GaugeMetricFamily(
             "faultfinder_ingest_queue_capacity_spans",
-            "Spans that may wait before ingest answers 503 (FAULTFINDER_INGEST_QUEUE_SPANS, "
-            "or fewer when the store would not write them within "
-            "FAULTFINDER_INGEST_QUEUE_SECONDS).",
+            "Spans that may wait before ingest answers 503 (FAULTFINDER_INGEST_QUEUE_SPANS).",
         )
         if counters is not None and self.writer is not None:
             received.add_metric([], counters.spans_received)
@@ -110,8 +109,8 @@ class LiveCollector(Collector):
             batches.add_metric([], counters.batches_written)
             truncated.add_metric([], counters.values_truncated)
             queued.add_metric([], self.writer.queued_spans)
-        if self.writer is not None:
-            capacity.add_metric([], self.writer.queue_limit)
+        if self.queue_capacity is not None:
+            capacity.add_metric([], self.queue_capacity)
         yield from (received, stored, rejected, requests_rejected, write_errors, batches)
         yield truncated
         yield from (queued, capacity)
@@ -259,9 +258,10 @@ class ServerMetrics:
             registry=self.registry,
         )
 
-    def attach(self, writer: SpanWriter) -> None:
+    def attach(self, writer: SpanWriter, *, queue_capacity: int) -> None:
         """Read ingest figures from `writer` (called once the writer exists)."""
         self.live.writer = writer
+        self.live.queue_capacity = queue_capacity
 
     def observe_attribution(self, attribution: Attribution) -> None:
         """Count one stored attribution (the worker's `on_attribution` hook calls this)."""

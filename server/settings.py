@@ -99,14 +99,6 @@ class Settings(BaseSettings):
         gt=0,
         description="Spans that may wait for the writer; beyond it ingest answers 503.",
     )
-    ingest_queue_seconds: float = Field(
-        default=5.0,
-        gt=0,
-        description="Seconds of writing the queue may hold, at the best rate the store "
-        "reached in the last 5 minutes; beyond it ingest answers 503 (a slow store gets a "
-        "shorter queue than ingest_queue_spans, so an acknowledgement never waits much "
-        "longer than this, and the queue's memory follows).",
-    )
     ingest_batch_spans: int = Field(
         default=5_000, gt=0, description="Most spans the writer stores in one transaction."
     )

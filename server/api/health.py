@@ -50,7 +50,6 @@ class HealthController(Controller):
             spans_received=counters.spans_received,
             spans_acknowledged=counters.spans_stored,
             queued_spans=writer.queued_spans,
-            queue_limit=writer.queue_limit,
             spans_rejected=dict(counters.spans_rejected),
             requests_rejected=dict(counters.requests_rejected),
             write_errors=counters.write_errors,

@@ -222,7 +222,7 @@ class OtlpTraceController(Controller):
         # Refuse before buffering or decoding: under a retry storm, bodies held only to be
         # refused would take the memory, and decoding them the CPU, that the writer and
         # the query API need.
-        message = _refusal(writer, admission, declared, expected, writer.queue_limit)
+        message = _refusal(writer, admission, declared, expected, settings.ingest_queue_spans)
         if message:
             ended = await _discard_body(request, settings.body_read_timeout)
             return _retry_later(

@@ -58,9 +58,6 @@ class IngestStats(BaseModel):
     spans_received: int
     spans_acknowledged: int
     queued_spans: int
-    queue_limit: int = 0
-    """Spans that may wait now before ingest answers 503: FAULTFINDER_INGEST_QUEUE_SPANS, or
-    fewer when the store would not write them within FAULTFINDER_INGEST_QUEUE_SECONDS."""
     spans_rejected: dict[str, int]
     requests_rejected: dict[str, int]
     write_errors: int

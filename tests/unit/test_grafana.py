@@ -50,7 +50,7 @@ def exposed() -> dict[str, set[str]]:
     writer.counters.spans_received = 5
     writer.counters.reject_spans("invalid_span", 1)
     writer.counters.reject_request("undecodable")
-    metrics.attach(writer)
+    metrics.attach(writer, queue_capacity=10)
     metrics.live.snapshot = DatabaseSnapshot(
         up=True, runs={"failed": 1}, jobs={("all_at_once", "done"): 1}, bench=[nightly_entry()]
     )

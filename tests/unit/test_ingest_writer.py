@@ -418,27 +418,3 @@ async def test_a_small_request_is_stored_between_the_parts_of_a_large_one() -> N
     assert store.transactions == [100, 5, 100, 100, 50]
     assert len(store.stored) == 355
     assert writer.queued_spans == 0
-
-
-async def test_a_slow_store_gets_a_queue_it_can_write_within_the_queue_seconds() -> None:
-    async def slow_write(batch: Sequence[SpanRecord]) -> int:
-        await asyncio.sleep(0.05)  # 100 spans in at least 50 ms: at most 2,000 spans/s
-        return len(batch)
-
-    async with SpanWriter(
-        slow_write,
-        max_queued_spans=100_000,
-        max_batch_spans=100,
-        ack_timeout=30,
-        queue_seconds=1.0,
-    ) as writer:
-        assert writer.queue_limit == 100_000  # nothing written yet: the configured limit
-        assert await writer.submit(spans(100, trace=1)) == Stored()
-        assert 100 <= writer.queue_limit <= 2_000  # one second of this store, at least a batch
-        waiting = asyncio.create_task(writer.submit(spans(1_500, trace=2)))
-        await asyncio.sleep(0)  # queued: 1,500 spans wait
-        with pytest.raises(IngestSaturatedError, match="ingest queue full"):
-            await writer.submit(spans(1_000, trace=3))
-        assert await waiting == Stored()
-    unlimited = SpanWriter(slow_write, max_queued_spans=100_000, max_batch_spans=100, ack_timeout=1)
-    assert unlimited.queue_limit == 100_000  # without queue_seconds, the configured limit
