@@ -43,12 +43,12 @@ _MAX_RECORDS = 500
 @dataclass(frozen=True)
 class Records:
     """A tool's output read as records: each record's names (its short string values)
-    and its numbers, by field."""
+    and its numbers, by field (a record keyed by its name has that name under "")."""
 
     source: int
     """The step that returned them."""
     tool: str
-    names: tuple[frozenset[str], ...]
+    names: tuple[Mapping[str, str], ...]
     numbers: tuple[Mapping[str, float], ...]
 
 
@@ -117,13 +117,15 @@ def records_in(text: str | None, source: int, tool: str) -> Records | None:
     items = _items(data)
     if items is None:
         return None
-    names: list[frozenset[str]] = []
+    names: list[dict[str, str]] = []
     numbers: list[dict[str, float]] = []
     for key, item in items:
-        texts = [value for value in item.values() if isinstance(value, str)]
+        texts = {str(field): value for field, value in item.items() if isinstance(value, str)}
         if key is not None:
-            texts.append(key)
-        names.append(frozenset(t.strip() for t in texts if 2 <= len(t.strip()) <= 80))
+            texts[""] = key
+        names.append(
+            {field: text.strip() for field, text in texts.items() if 2 <= len(text.strip()) <= 80}
+        )
         numbers.append(
             {
                 str(field): float(value)
@@ -151,18 +153,27 @@ def _items(data: object) -> list[tuple[str | None, dict[str, object]]] | None:
     return [(None, item) for item in data]
 
 
-def _named(sentence: str, records: Records) -> tuple[int, str] | None:
-    """The one record whose name the sentence mentions, and that name (None for none or
-    several records)."""
+def _named(sentence: str, records: Records) -> tuple[int, str, str] | None:
+    """The one record whose name the sentence mentions: its index, the field that holds
+    the name, and the name (None for none or several records)."""
     found = {
-        (index, name)
+        (index, field, name)
         for index, names in enumerate(records.names)
-        for name in names
+        for field, name in names.items()
         if name in sentence and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence)
     }
-    if len({index for index, _ in found}) != 1:
+    if len({index for index, _, _ in found}) != 1:
         return None
-    return max(found, key=lambda item: len(item[1]))
+    return max(found, key=lambda item: len(item[2]))
+
+
+def _name_of(records: Records, index: int, field: str) -> str:
+    """How to call record `index`: by the same field the sentence named the other by,
+    else its shortest name."""
+    names = records.names[index]
+    if field in names:
+        return names[field]
+    return min(names.values(), key=len, default=f"record {index + 1}")
 
 
 def _fields(word: str, sentence: str, numbers: Mapping[str, float]) -> list[str]:
@@ -225,19 +236,18 @@ def _judge(sentence: str, word: str, observed: Sequence[Records]) -> Contradicti
         named = _named(sentence, records)
         if named is None:
             continue
-        claimed, name = named
+        claimed, name_field, name = named
         compared, beaten = _judge_list(word, sentence, claimed, records)
         if compared and beaten is None:
             return None  # some list supports the claim
         if beaten is not None and contradiction is None:
             field, value, best_index, best = beaten
-            better = sorted(records.names[best_index], key=len)
             contradiction = Contradiction(
                 claimed=name,
                 word=word,
                 field=field,
                 claimed_value=value,
-                better=better[0] if better else f"record {best_index + 1}",
+                better=_name_of(records, best_index, name_field),
                 better_value=best,
                 source=records.source,
                 tool=records.tool,

@@ -10,9 +10,11 @@ from faultfinder.attributors.heuristics import is_acting_step
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
 FLIGHTS = [
-    {"flight": "TP 433", "eur": 89, "stops": 0},
-    {"flight": "AF 1024", "eur": 140, "stops": 0},
+    {"flight": "TP 433", "eur": 89, "stops": 0, "departs": "07:05"},
+    {"flight": "AF 1024", "eur": 140, "stops": 0, "departs": "09:10"},
 ]
+"""TP 433 is the cheapest; a record is named by the field the sentence names the other by
+(the flight, not its shorter departure time)."""
 
 
 def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Trajectory:
