@@ -33,6 +33,9 @@ from tests.integration.sidecar import Sidecar, running_sidecar
 __all__ = [
     "ATTRIBUTORS",
     "CENSUS",
+    "CHEAPEST_CLAIM",
+    "FLIGHTS",
+    "FLIGHT_TASK",
     "GROUND_TRUTH",
     "TASK",
     "TIMED_OUT",
@@ -50,6 +53,7 @@ __all__ = [
     "failed_tool_step",
     "first_reply_only",
     "graded",
+    "graded_superlative",
     "graded_wrong_claim",
     "instrumented",
     "pipeline_fixture",
@@ -71,6 +75,18 @@ GROUND_TRUTH = "522,250"
 """What the user posts with the failed outcome, once the answer is found wrong."""
 TIMED_OUT = "census service timed out"
 """The census tool's error, when it fails."""
+
+
+# The flights scenario: a search tool returns records, and the agent calls a record the
+# cheapest that is not (its tool's own list shows it).
+FLIGHT_TASK = "Which is the cheapest Friday flight from Paris to Lisbon?"
+FLIGHTS = [
+    {"flight": "TP 433", "eur": 89, "departs": "07:05"},
+    {"flight": "AF 1024", "eur": 140, "departs": "09:10"},
+]
+"""The flight search's records, returned as the tool's own list of dicts."""
+CHEAPEST_CLAIM = "The cheapest Friday flight is AF 1024, departing at 09:10."
+"""The planted flaw: a record the search returned, called the cheapest; TP 433 is."""
 
 
 class CensusDown(RuntimeError):
@@ -320,6 +336,36 @@ def check_planted_claim_blamed(detail: Mapping[str, Any]) -> None:
         assert "225,520" in blamed["reason"] and "522,250" in blamed["reason"], (
             f"{method}: {blamed['reason']}\n{shown}"
         )
+
+
+def graded_superlative(
+    pipeline: Pipeline, llm: ScriptedOpenAI, work: Callable[[], object], agent: str
+) -> dict[str, Any]:
+    """The flights scenario played to the end: `work` runs while `llm` serves its script;
+    the user posts the run failed with TP 433 as the answer; the zero-LLM attributors
+    blame `agent`'s claim (`CHEAPEST_CLAIM`) and name the record that beats it, however the
+    framework's instrumentation carried the tool's list."""
+    before, _, error = pipeline.serving(llm, work)
+    assert error is None, error
+    run = pipeline.the_run(before, statuses=("complete",))
+    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="TP 433")
+    attributed = pipeline.the_run(before, statuses=("attributed",))
+    shown = _show(attributed["trajectory"])
+    claim = next(
+        step
+        for step in attributed["trajectory"]["steps"]
+        if CHEAPEST_CLAIM in step["content"] and step["kind"] != "tool"
+    )
+    records = "called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89"
+    by_method = {a["method"]: a for a in attributed["attributions"]}
+    for method in ("learned", "first_error"):
+        blamed = by_method[method]
+        assert (blamed["step"], blamed["agent"]) == (claim["index"], agent), (
+            f"{method} blamed step {blamed['step']} ({blamed['agent']}): {blamed['reason']}\n"
+            f"{shown}"
+        )
+        assert records in blamed["reason"], f"{method}: {blamed['reason']}\n{shown}"
+    return attributed
 
 
 def graded(pipeline: Pipeline, before: set[str], run: Mapping[str, Any]) -> dict[str, Any]:

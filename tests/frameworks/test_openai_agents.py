@@ -119,3 +119,47 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
     run = pipeline.the_run(before, statuses=("complete",))
     failed = harness.failed_tool_step(run, "census_agent")
     assert TIMED_OUT in (failed["error"] or "")
+
+
+def travel_agent(llm: ScriptedOpenAI) -> Agent:
+    """One agent with a flight search that returns the harness's `FLIGHTS` list."""
+    client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
+
+    @function_tool
+    def flight_search(origin: str, destination: str) -> list[dict[str, object]]:
+        """Friday flights between two airports.
+
+        Args:
+            origin: the departure airport
+            destination: the arrival airport
+        """
+        return harness.FLIGHTS
+
+    return Agent(
+        name="travel_agent",
+        instructions="TRAVEL-ROLE: find the cheapest flight.",
+        tools=[flight_search],
+        model=model,
+    )
+
+
+def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
+    pipeline: Pipeline,
+) -> None:
+    """The SDK hands the model (and the trace) the tool's list as its str(), a Python
+    literal, not JSON."""
+    llm = ScriptedOpenAI(
+        {
+            "TRAVEL-ROLE": [
+                call("flight_search", origin="CDG", destination="LIS"),
+                say(harness.CHEAPEST_CLAIM),
+            ]
+        }
+    )
+    harness.graded_superlative(
+        pipeline,
+        llm,
+        lambda: Runner.run_sync(travel_agent(llm), harness.FLIGHT_TASK),
+        "travel_agent",
+    )

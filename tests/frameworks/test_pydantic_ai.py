@@ -138,17 +138,8 @@ def test_a_tool_asking_the_model_to_retry_is_kept_as_evidence(pipeline: Pipeline
     assert "225,520" in (run["trajectory"]["final_answer"] or "")
 
 
-FLIGHTS = [
-    {"flight": "TP 433", "eur": 89, "departs": "07:05"},
-    {"flight": "AF 1024", "eur": 140, "departs": "09:10"},
-]
-"""The flight search's records: TP 433 is the cheapest."""
-CHEAPEST_CLAIM = "The cheapest Friday flight is AF 1024, departing at 09:10."
-"""The planted flaw: a record the search returned, called the cheapest; it is not."""
-
-
 def travel_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
-    """One agent with a flight search that returns `FLIGHTS` as a list of dicts."""
+    """One agent with a flight search that returns the harness's `FLIGHTS` list."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatModel("scripted", provider=OpenAIProvider(openai_client=client))
     travel = Agent(
@@ -161,7 +152,7 @@ def travel_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
     @travel.tool_plain
     def flight_search(origin: str, destination: str) -> list[dict[str, object]]:
         """Friday flights between two airports."""
-        return FLIGHTS
+        return harness.FLIGHTS
 
     return travel
 
@@ -169,28 +160,15 @@ def travel_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
 def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
     pipeline: Pipeline,
 ) -> None:
-    """Records returned as the tool's own list of dicts, through pydantic-ai's
-    instrumentation: the claim that names the wrong record the cheapest is blamed, and
-    the reason names the record that beats it."""
+    """pydantic-ai carries the tool's list of dicts as JSON."""
     llm = ScriptedOpenAI(
         {
             "TRAVEL-ROLE": [
                 call("flight_search", origin="CDG", destination="LIS"),
-                say(CHEAPEST_CLAIM),
+                say(harness.CHEAPEST_CLAIM),
             ]
         }
     )
-    task = "Which is the cheapest Friday flight from Paris to Lisbon?"
-    before, _, error = pipeline.serving(llm, lambda: travel_agent(llm).run_sync(task))
-    assert error is None, error
-    run = pipeline.the_run(before, statuses=("complete",))
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="TP 433")
-    attributed = pipeline.the_run(before, statuses=("attributed",))
-    steps = attributed["trajectory"]["steps"]
-    claim = next(s for s in steps if CHEAPEST_CLAIM in s["content"] and s["kind"] != "tool")
-    by_method = {a["method"]: a for a in attributed["attributions"]}
-    for method in ("learned", "first_error"):
-        blamed = by_method[method]
-        assert (blamed["step"], blamed["agent"]) == (claim["index"], "travel_agent"), blamed
-        records = "called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89"
-        assert records in blamed["reason"], blamed["reason"]
+    harness.graded_superlative(
+        pipeline, llm, lambda: travel_agent(llm).run_sync(harness.FLIGHT_TASK), "travel_agent"
+    )
