@@ -14,14 +14,26 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import orjson
 
 from faultfinder.attributors.model import Step, StepKind
+from faultfinder.attributors.provenance import figures_in, same_figure
 
-__all__ = ["Contradiction", "Records", "Superlatives", "contradicted_superlative", "records_in"]
+__all__ = [
+    "Contradiction",
+    "Finding",
+    "Misattribution",
+    "RecordChecks",
+    "Records",
+    "contradicted_superlative",
+    "misattributed_figure",
+    "records_in",
+]
 
 _LOWEST = (
     "cheapest", "lowest", "smallest", "least expensive", "shortest", "fewest", "minimum",
@@ -37,7 +49,10 @@ _PRICE_WORDS = frozenset({"cheapest", "least expensive", "most expensive", "dear
 _PRICE_FIELD = re.compile(r"price|cost|fare|amount|fee|eur|usd|gbp|total", re.IGNORECASE)
 _MAX_OUTPUT_CHARS = 200_000
 """Longer tool outputs are not parsed (the check stays cheap on long runs)."""
+_MAX_LITERAL_CHARS = 20_000
 _MAX_RECORDS = 500
+_MAX_DEPTH = 6
+_MAX_COLLECTIONS = 50
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ class Records:
 
 @dataclass(frozen=True)
 class Contradiction:
+    kind: ClassVar[str] = "contradicts-records"
     claimed: str
     """The record the sentence calls the cheapest, largest, …"""
     word: str
@@ -78,45 +94,82 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) else f"{value:,g}"
 
 
-class Superlatives:
+@dataclass(frozen=True)
+class Misattribution:
+    kind: ClassVar[str] = "misattributed-figure"
+    named: str
+    """The record the sentence speaks of."""
+    figure: str
+    """The figure the sentence gives it, as written."""
+    owner: str
+    """The record that figure belongs to."""
+    field: str
+    own_value: float | None
+    """The named record's own value of `field`, if it has one."""
+    source: int
+    tool: str
+
+    def said_by(self, agent: str) -> str:
+        """One sentence naming the figure, whose it is, and the named record's own."""
+        own = (
+            f" ({self.named}'s is {_number(self.own_value)})" if self.own_value is not None else ""
+        )
+        return (
+            f"{agent} gave {self.named} the figure {self.figure}, which {self.tool} had"
+            f" returned as the {self.field} of {self.owner}{own}"
+        )
+
+
+Finding = Contradiction | Misattribution
+
+
+class RecordChecks:
     """Walks a run in order: each tool output that holds records is remembered, and each
-    acting step's text is checked against the records seen before it."""
+    acting step's text is checked against the records seen before it: a superlative they
+    contradict (`contradicted_superlative`), or a figure of one record given to another
+    (`misattributed_figure`)."""
 
     def __init__(self) -> None:
         self._observed: list[Records] = []
 
-    def push(self, step: Step, *, acting: bool) -> Contradiction | None:
-        found = None
+    def push(self, step: Step, *, acting: bool) -> Finding | None:
+        found: Finding | None = None
         if acting and self._observed and step.content:
             found = contradicted_superlative(step.content, self._observed)
+            if found is None:
+                found = misattributed_figure(step.content, self._observed)
         answer = step.tool_result or (step.content if step.kind is StepKind.TOOL else None)
-        records = records_in(answer, step.index, step.tool_name or step.agent)
-        if records is not None:
-            self._observed.append(records)
+        self._observed.extend(records_in(answer, step.index, step.tool_name or step.agent))
         return found
 
 
-def records_in(text: str | None, source: int, tool: str) -> Records | None:
-    """The records of a tool output in JSON or as a Python literal: a list of at least two
-    objects, an object holding one such list, or an object of objects keyed by name; else
-    None."""
+def records_in(text: str | None, source: int, tool: str) -> list[Records]:
+    """The record lists of a tool output in JSON or as a Python literal: every list of at
+    least two objects, and every object of at least two objects (keyed by name), at any
+    depth (an order's items inside the order)."""
     if not text or len(text) > _MAX_OUTPUT_CHARS:
-        return None
+        return []
     stripped = text.lstrip()
     if not stripped or stripped[0] not in "[{":
-        return None
+        return []
     try:
         data = orjson.loads(stripped)
     except orjson.JSONDecodeError:
         # A Python literal: what frameworks that str() a tool's return value send
-        # (the OpenAI Agents SDK, CrewAI, smolagents' printed observations).
+        # (the OpenAI Agents SDK, CrewAI, smolagents' printed observations). Parsing one
+        # is slower than JSON: only short ones are read.
+        if len(stripped) > _MAX_LITERAL_CHARS:
+            return []
         try:
             data = ast.literal_eval(stripped)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return None
-    items = _items(data)
-    if items is None:
-        return None
+            return []
+    return [_records(items, source, tool) for items in _collections(data)]
+
+
+def _records(
+    items: Sequence[tuple[str | None, Mapping[str, object]]], source: int, tool: str
+) -> Records:
     names: list[dict[str, str]] = []
     numbers: list[dict[str, float]] = []
     for key, item in items:
@@ -136,21 +189,30 @@ def records_in(text: str | None, source: int, tool: str) -> Records | None:
     return Records(source, tool, tuple(names), tuple(numbers))
 
 
-def _items(data: object) -> list[tuple[str | None, dict[str, object]]] | None:
-    """(name key or None, record) for each record of a parsed JSON document."""
-    if isinstance(data, dict):
-        if len(data) >= 2 and all(isinstance(value, dict) for value in data.values()):
-            keyed: list[tuple[str | None, dict[str, object]]] = [
-                (str(key), value) for key, value in data.items()
-            ]
-            return keyed[:_MAX_RECORDS]
-        lists = [value for value in data.values() if isinstance(value, list)]
-        data = lists[0] if len(lists) == 1 else None
-    if not isinstance(data, list) or not 2 <= len(data) <= _MAX_RECORDS:
-        return None
-    if not all(isinstance(item, dict) for item in data):
-        return None
-    return [(None, item) for item in data]
+def _collections(data: object) -> list[list[tuple[str | None, Mapping[str, object]]]]:
+    """Each collection of records in a parsed document, outermost first: (name key or
+    None, record) for each of its records. The walk stops at `_MAX_DEPTH` levels and
+    `_MAX_COLLECTIONS` collections."""
+    found: list[list[tuple[str | None, Mapping[str, object]]]] = []
+    queue: deque[tuple[object, int]] = deque([(data, 0)])
+    while queue and len(found) < _MAX_COLLECTIONS:
+        node, depth = queue.popleft()
+        if depth > _MAX_DEPTH:
+            continue
+        keyed: list[tuple[str | None, object]]
+        if isinstance(node, dict):
+            keyed = [(str(key), value) for key, value in node.items()]
+        elif isinstance(node, list):
+            keyed = [(None, item) for item in node]
+        else:
+            continue
+        records: list[tuple[str | None, Mapping[str, object]]] = [
+            (key, value) for key, value in keyed if isinstance(value, dict)
+        ]
+        if len(records) >= 2 and len(records) == len(keyed):
+            found.append(records[:_MAX_RECORDS])
+        queue.extend((value, depth + 1) for _, value in keyed if isinstance(value, dict | list))
+    return found
 
 
 def _named(sentence: str, records: Records) -> tuple[int, str, str] | None:
@@ -253,3 +315,54 @@ def _judge(sentence: str, word: str, observed: Sequence[Records]) -> Contradicti
                 tool=records.tool,
             )
     return contradiction
+
+
+def misattributed_figure(text: str, observed: Sequence[Records]) -> Misattribution | None:
+    """The first sentence of `text` that speaks of exactly one record of a list and gives
+    it a figure that list holds for exactly one other record, while giving it none of its
+    own values (a sentence that also states the record's own figure is comparing, not
+    mixing records up)."""
+    for sentence in _SENTENCES.split(text):
+        for records in reversed(observed):
+            found = _misattributed(sentence, records)
+            if found is not None:
+                return found
+    return None
+
+
+def _misattributed(sentence: str, records: Records) -> Misattribution | None:
+    named = _named(sentence, records)
+    if named is None:
+        return None
+    index, name_field, name = named
+    # Figures inside the list's names ("AF 1024") are names, not figures.
+    bare = sentence
+    for names in records.names:
+        for text in names.values():
+            bare = bare.replace(text, " ")
+    stated = figures_in(bare)
+    if not stated:
+        return None
+    own = records.numbers[index]
+    if any(same_figure(value, mine) for value in stated for mine in own.values()):
+        return None
+    for value, spelling in stated.items():
+        owners = [
+            (other, field)
+            for other, numbers in enumerate(records.numbers)
+            if other != index
+            for field, theirs in numbers.items()
+            if same_figure(value, theirs)
+        ]
+        if len({other for other, _ in owners}) == 1:
+            other, field = owners[0]
+            return Misattribution(
+                named=name,
+                figure=spelling,
+                owner=_name_of(records, other, name_field),
+                field=field,
+                own_value=own.get(field),
+                source=records.source,
+                tool=records.tool,
+            )
+    return None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from faultfinder.attributors.base import AttributeOptions, register
-from faultfinder.attributors.comparisons import Superlatives
+from faultfinder.attributors.comparisons import RecordChecks
 from faultfinder.attributors.model import (
     Attribution,
     Candidate,
@@ -245,18 +245,18 @@ def _without_error(trajectory: Trajectory, first_acting: int) -> tuple[int, str,
     else, said plainly to be a guess, the first acting step. (step, reason, confidence,
     rule)"""
     provenance = Provenance(trajectory.task)
-    superlatives = Superlatives()
+    record_checks = RecordChecks()
     made_up: tuple[int, str] | None = None
     for step in trajectory.steps:
         acting = is_acting_step(step)
         values = provenance.push(step, acting)
-        superlative = superlatives.push(step, acting=acting)
-        if superlative is not None:
+        finding = record_checks.push(step, acting=acting)
+        if finding is not None:
             return (
                 step.index,
-                f"no step shows an error, but {superlative.said_by(step.agent)}",
+                f"no step shows an error, but {finding.said_by(step.agent)}",
                 0.35,
-                "contradicts-records",
+                finding.kind,
             )
         if values.contradicts:
             figures = ", ".join(values.unsupported[:3])

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from faultfinder.attributors.model import Step, StepKind
 
-__all__ = ["Provenance", "ValueFacts", "derivable", "tool_calls"]
+__all__ = ["Provenance", "ValueFacts", "derivable", "figures_in", "same_figure", "tool_calls"]
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _POOL = 40
@@ -68,6 +68,17 @@ def _figures(text: str) -> dict[float, str]:
             continue
         out.setdefault(value, token)
     return out
+
+
+def figures_in(text: str) -> dict[float, str]:
+    """The figures of a text as provenance reads them (value → first spelling): no bare
+    single digits, no years."""
+    return _figures(text)
+
+
+def same_figure(a: float, b: float) -> bool:
+    """Whether two figures are the same as provenance judges it (`_close`)."""
+    return _close(a, b)
 
 
 def _close(a: float, b: float) -> bool:

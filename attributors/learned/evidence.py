@@ -6,7 +6,8 @@ nothing observed supports, a figure no observation holds, a tool error after an 
 call, a figure contradicting the correct answer, the first time an agent repeats a tool
 call whose answer it already has, a turn that passes on none of the figures its own
 tools just returned, a superlative ("the cheapest is X") that the records a tool returned
-contradict, repetition, invented data, giving up.
+contradict or a figure of one record given to another, repetition, invented data, giving
+up.
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from faultfinder.attributors.comparisons import Superlatives
+from faultfinder.attributors.comparisons import RecordChecks
 from faultfinder.attributors.heuristics import error_signals
 from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
@@ -34,7 +35,7 @@ STRONG = 0.6
 _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
 
-DECISIVE = frozenset({"contradicts-records"})
+DECISIVE = frozenset({"contradicts-records", "misattributed-figure"})
 """Evidence the run's own data proves: a step carrying it leads over a step that carries
 no evidence, whatever the model's features say of that step."""
 
@@ -73,16 +74,15 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
     found: list[list[Evidence]] = [[] for _ in steps]
     actor: int | None = None
     repeats = _RepeatedCalls()
-    superlatives = Superlatives()
+    record_checks = RecordChecks()
     for i, step in enumerate(steps):
         if facts[i].acting:
             actor = i
             found[i].extend(_value_evidence(trajectory, features, i))
             found[i].extend(_cue_evidence(step.agent, features.named[i], i))
-        superlative = superlatives.push(step, acting=facts[i].acting)
-        if superlative is not None:
-            text = superlative.said_by(step.agent)
-            found[i].append(Evidence(i, "contradicts-records", 0.9, text))
+        finding = record_checks.push(step, acting=facts[i].acting)
+        if finding is not None:
+            found[i].append(Evidence(i, finding.kind, 0.9, finding.said_by(step.agent)))
         repeated = repeats.push(step, i, acting=facts[i].acting, error=facts[i].error > 0)
         if repeated is not None:
             found[i].append(repeated)

@@ -34,9 +34,14 @@ __all__ = [
     "ATTRIBUTORS",
     "CENSUS",
     "CHEAPEST_CLAIM",
+    "CHEAPEST_WHY",
     "FLIGHTS",
     "FLIGHT_TASK",
     "GROUND_TRUTH",
+    "MIXED_UP_CLAIM",
+    "MIXED_UP_WHY",
+    "ORDER",
+    "ORDER_TASK",
     "TASK",
     "TIMED_OUT",
     "WRONG",
@@ -53,7 +58,7 @@ __all__ = [
     "failed_tool_step",
     "first_reply_only",
     "graded",
-    "graded_superlative",
+    "graded_record_claim",
     "graded_wrong_claim",
     "instrumented",
     "pipeline_fixture",
@@ -80,13 +85,32 @@ TIMED_OUT = "census service timed out"
 # The flights scenario: a search tool returns records, and the agent calls a record the
 # cheapest that is not (its tool's own list shows it).
 FLIGHT_TASK = "Which is the cheapest Friday flight from Paris to Lisbon?"
-FLIGHTS = [
+FLIGHTS: list[dict[str, object]] = [
     {"flight": "TP 433", "eur": 89, "departs": "07:05"},
     {"flight": "AF 1024", "eur": 140, "departs": "09:10"},
 ]
 """The flight search's records, returned as the tool's own list of dicts."""
 CHEAPEST_CLAIM = "The cheapest Friday flight is AF 1024, departing at 09:10."
 """The planted flaw: a record the search returned, called the cheapest; TP 433 is."""
+CHEAPEST_WHY = "called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89"
+"""What the zero-LLM attributors say of it."""
+
+# The order scenario: an order tool returns an order with its items nested inside, and
+# the agent gives one item another item's price.
+ORDER_TASK = "How much do I get back if I return the office chair of order #W2611340?"
+ORDER: dict[str, object] = {
+    "order_id": "#W2611340",
+    "items": [
+        {"name": "Water Bottle", "item_id": "6469567736", "price": 47.84},
+        {"name": "Office Chair", "item_id": "8426249116", "price": 488.81},
+    ],
+}
+MIXED_UP_CLAIM = "Returning the Office Chair refunds 47.84 to your card."
+"""The planted flaw: the water bottle's price, given to the chair."""
+MIXED_UP_WHY = (
+    "gave Office Chair the figure 47.84, which order_details had returned as the price of"
+    " Water Bottle (Office Chair's is 488.81)"
+)
 
 
 class CensusDown(RuntimeError):
@@ -338,33 +362,39 @@ def check_planted_claim_blamed(detail: Mapping[str, Any]) -> None:
         )
 
 
-def graded_superlative(
-    pipeline: Pipeline, llm: ScriptedOpenAI, work: Callable[[], object], agent: str
+def graded_record_claim(
+    pipeline: Pipeline,
+    llm: ScriptedOpenAI,
+    work: Callable[[], object],
+    agent: str,
+    *,
+    claim: str,
+    ground_truth: str,
+    why: str,
 ) -> dict[str, Any]:
-    """The flights scenario played to the end: `work` runs while `llm` serves its script;
-    the user posts the run failed with TP 433 as the answer; the zero-LLM attributors
-    blame `agent`'s claim (`CHEAPEST_CLAIM`) and name the record that beats it, however the
-    framework's instrumentation carried the tool's list."""
+    """A records scenario played to the end: `work` runs while `llm` serves its script; the
+    user posts the run failed with `ground_truth`; the zero-LLM attributors blame
+    `agent`'s `claim`, the first step that states it, and say `why` (the records that
+    prove it wrong), however the framework's instrumentation carried the tool's records."""
     before, _, error = pipeline.serving(llm, work)
     assert error is None, error
     run = pipeline.the_run(before, statuses=("complete",))
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth="TP 433")
+    pipeline.post_outcome(run["id"], outcome="failure", ground_truth=ground_truth)
     attributed = pipeline.the_run(before, statuses=("attributed",))
     shown = _show(attributed["trajectory"])
-    claim = next(
+    stated = next(
         step
         for step in attributed["trajectory"]["steps"]
-        if CHEAPEST_CLAIM in step["content"] and step["kind"] != "tool"
+        if claim in step["content"] and step["kind"] != "tool"
     )
-    records = "called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89"
     by_method = {a["method"]: a for a in attributed["attributions"]}
     for method in ("learned", "first_error"):
         blamed = by_method[method]
-        assert (blamed["step"], blamed["agent"]) == (claim["index"], agent), (
+        assert (blamed["step"], blamed["agent"]) == (stated["index"], agent), (
             f"{method} blamed step {blamed['step']} ({blamed['agent']}): {blamed['reason']}\n"
             f"{shown}"
         )
-        assert records in blamed["reason"], f"{method}: {blamed['reason']}\n{shown}"
+        assert why in blamed["reason"], f"{method}: {blamed['reason']}\n{shown}"
     return attributed
 
 

@@ -121,8 +121,9 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
     assert TIMED_OUT in (failed["error"] or "")
 
 
-def travel_agent(llm: ScriptedOpenAI) -> Agent:
-    """One agent with a flight search that returns the harness's `FLIGHTS` list."""
+def shop_agent(llm: ScriptedOpenAI) -> Agent:
+    """One agent with two record tools: a flight search returning the harness's `FLIGHTS`
+    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside)."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
 
@@ -136,10 +137,19 @@ def travel_agent(llm: ScriptedOpenAI) -> Agent:
         """
         return harness.FLIGHTS
 
+    @function_tool
+    def order_details(order_id: str) -> dict[str, object]:
+        """An order and its items.
+
+        Args:
+            order_id: the order's id
+        """
+        return harness.ORDER
+
     return Agent(
-        name="travel_agent",
-        instructions="TRAVEL-ROLE: find the cheapest flight.",
-        tools=[flight_search],
+        name="shop_agent",
+        instructions="SHOP-ROLE: answer from the tools.",
+        tools=[flight_search, order_details],
         model=model,
     )
 
@@ -147,19 +157,42 @@ def travel_agent(llm: ScriptedOpenAI) -> Agent:
 def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
     pipeline: Pipeline,
 ) -> None:
-    """The SDK hands the model (and the trace) the tool's list as its str(), a Python
+    """The SDK hands the model (and the trace) a tool's list as its str(), a Python
     literal, not JSON."""
     llm = ScriptedOpenAI(
         {
-            "TRAVEL-ROLE": [
+            "SHOP-ROLE": [
                 call("flight_search", origin="CDG", destination="LIS"),
                 say(harness.CHEAPEST_CLAIM),
             ]
         }
     )
-    harness.graded_superlative(
+    harness.graded_record_claim(
         pipeline,
         llm,
-        lambda: Runner.run_sync(travel_agent(llm), harness.FLIGHT_TASK),
-        "travel_agent",
+        lambda: Runner.run_sync(shop_agent(llm), harness.FLIGHT_TASK),
+        "shop_agent",
+        claim=harness.CHEAPEST_CLAIM,
+        ground_truth="TP 433",
+        why=harness.CHEAPEST_WHY,
+    )
+
+
+def test_one_records_figure_given_to_another_is_blamed_with_both(pipeline: Pipeline) -> None:
+    llm = ScriptedOpenAI(
+        {
+            "SHOP-ROLE": [
+                call("order_details", order_id="#W2611340"),
+                say(harness.MIXED_UP_CLAIM),
+            ]
+        }
+    )
+    harness.graded_record_claim(
+        pipeline,
+        llm,
+        lambda: Runner.run_sync(shop_agent(llm), harness.ORDER_TASK),
+        "shop_agent",
+        claim=harness.MIXED_UP_CLAIM,
+        ground_truth="488.81",
+        why=harness.MIXED_UP_WHY,
     )

@@ -138,23 +138,29 @@ def test_a_tool_asking_the_model_to_retry_is_kept_as_evidence(pipeline: Pipeline
     assert "225,520" in (run["trajectory"]["final_answer"] or "")
 
 
-def travel_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
-    """One agent with a flight search that returns the harness's `FLIGHTS` list."""
+def shop_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
+    """One agent with two record tools: a flight search returning the harness's `FLIGHTS`
+    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside)."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatModel("scripted", provider=OpenAIProvider(openai_client=client))
-    travel = Agent(
+    shop = Agent(
         model,
-        name="travel_agent",
-        instructions="TRAVEL-ROLE: find the cheapest flight.",
+        name="shop_agent",
+        instructions="SHOP-ROLE: answer from the tools.",
         output_type=str,
     )
 
-    @travel.tool_plain
+    @shop.tool_plain
     def flight_search(origin: str, destination: str) -> list[dict[str, object]]:
         """Friday flights between two airports."""
         return harness.FLIGHTS
 
-    return travel
+    @shop.tool_plain
+    def order_details(order_id: str) -> dict[str, object]:
+        """An order and its items."""
+        return harness.ORDER
+
+    return shop
 
 
 def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
@@ -163,12 +169,38 @@ def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
     """pydantic-ai carries the tool's list of dicts as JSON."""
     llm = ScriptedOpenAI(
         {
-            "TRAVEL-ROLE": [
+            "SHOP-ROLE": [
                 call("flight_search", origin="CDG", destination="LIS"),
                 say(harness.CHEAPEST_CLAIM),
             ]
         }
     )
-    harness.graded_superlative(
-        pipeline, llm, lambda: travel_agent(llm).run_sync(harness.FLIGHT_TASK), "travel_agent"
+    harness.graded_record_claim(
+        pipeline,
+        llm,
+        lambda: shop_agent(llm).run_sync(harness.FLIGHT_TASK),
+        "shop_agent",
+        claim=harness.CHEAPEST_CLAIM,
+        ground_truth="TP 433",
+        why=harness.CHEAPEST_WHY,
+    )
+
+
+def test_one_records_figure_given_to_another_is_blamed_with_both(pipeline: Pipeline) -> None:
+    llm = ScriptedOpenAI(
+        {
+            "SHOP-ROLE": [
+                call("order_details", order_id="#W2611340"),
+                say(harness.MIXED_UP_CLAIM),
+            ]
+        }
+    )
+    harness.graded_record_claim(
+        pipeline,
+        llm,
+        lambda: shop_agent(llm).run_sync(harness.ORDER_TASK),
+        "shop_agent",
+        claim=harness.MIXED_UP_CLAIM,
+        ground_truth="488.81",
+        why=harness.MIXED_UP_WHY,
     )

@@ -1,11 +1,12 @@
-"""A superlative an agent states is checked against the records its tools returned."""
+"""What an agent says of records its tools returned is checked against them: a
+superlative they contradict, a figure of one record given to another."""
 
 from __future__ import annotations
 
 import orjson
 
 from faultfinder.attributors.base import AttributeOptions, get_attributor
-from faultfinder.attributors.comparisons import Superlatives, records_in
+from faultfinder.attributors.comparisons import RecordChecks, records_in
 from faultfinder.attributors.heuristics import is_acting_step
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
@@ -48,9 +49,9 @@ def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Tra
 
 
 def _contradiction(trajectory: Trajectory) -> tuple[int, str] | None:
-    superlatives = Superlatives()
+    checks = RecordChecks()
     for step in trajectory.steps:
-        found = superlatives.push(step, acting=is_acting_step(step))
+        found = checks.push(step, acting=is_acting_step(step))
         if found is not None:
             return step.index, found.said_by(step.agent)
     return None
@@ -86,26 +87,68 @@ def test_the_field_the_sentence_names_decides_and_constant_fields_say_nothing() 
     assert found is not None and "AF 1024 with minutes 95 against 150 for TP 433" in found[1]
 
 
-def test_records_are_read_from_json_lists_wrapped_lists_and_objects_keyed_by_name() -> None:
+def test_records_are_read_from_json_lists_nested_lists_and_objects_keyed_by_name() -> None:
     keyed = {"TP 433": {"eur": 89}, "AF 1024": {"eur": 140}}
     found = _contradiction(_run("The cheapest is AF 1024.", keyed))
     assert found is not None and "TP 433 with eur 89" in found[1]
-    wrapped = records_in(orjson.dumps({"results": FLIGHTS, "count": 2}).decode(), 2, "search")
-    assert wrapped is not None and len(wrapped.names) == 2
+    (wrapped,) = records_in(orjson.dumps({"results": FLIGHTS, "count": 2}).decode(), 2, "search")
+    assert len(wrapped.names) == 2
     # The Python literal a framework sends when it str()s a tool's return value.
-    literal = records_in(str(FLIGHTS), 2, "search")
-    assert literal is not None and literal.numbers[1]["eur"] == 140
-    assert records_in("TP 433: 89 EUR; AF 1024: 140 EUR", 2, "search") is None
-    assert records_in("[" * 100_000, 2, "search") is None  # too deep to parse: no records
-    assert records_in('[{"flight": "TP 433"}]', 2, "search") is None  # one record compares nothing
-    assert records_in("[{not json", 2, "search") is None
+    (literal,) = records_in(str(FLIGHTS), 2, "search")
+    assert literal.numbers[1]["eur"] == 140
+    assert records_in("TP 433: 89 EUR; AF 1024: 140 EUR", 2, "search") == []
+    assert records_in("[" * 100_000, 2, "search") == []  # too deep to parse: no records
+    assert records_in('[{"flight": "TP 433"}]', 2, "search") == []  # one record compares nothing
+    assert records_in("[{not json", 2, "search") == []
 
 
-async def test_the_zero_llm_attributors_blame_the_contradicted_claim_and_say_why() -> None:
-    trajectory = _run("Compared the list: the cheapest option is AF 1024.")
-    for method in ("learned", "first_error"):
-        attribution = await get_attributor(method).attribute(trajectory, AttributeOptions())
-        assert (attribution.step, attribution.agent) == (3, "Analyst"), attribution.reason
-        assert "called AF 1024 the cheapest after flights.search had returned TP 433" in (
-            attribution.reason
-        ), attribution.reason
+ORDER = {
+    "order_id": "#W2611340",
+    "items": [
+        {"name": "Water Bottle", "item_id": "6469567736", "price": 47.84},
+        {"name": "Office Chair", "item_id": "8426249116", "price": 488.81},
+    ],
+    "payment_history": [{"transaction_type": "payment", "amount": 536.65}],
+}
+"""An order as a retail tool returns it: its items are a list nested inside it."""
+
+
+def test_a_figure_of_one_record_given_to_another_is_found_and_said_in_words() -> None:
+    found = _contradiction(_run("The Office Chair was 47.84, so you get 47.84 back.", ORDER))
+    assert found == (
+        3,
+        "Analyst gave Office Chair the figure 47.84, which flights.search had returned as the"
+        " price of Water Bottle (Office Chair's is 488.81)",
+    )
+
+
+def test_a_record_given_its_own_figure_or_compared_with_another_is_not_evidence() -> None:
+    assert _contradiction(_run("The Office Chair was 488.81.", ORDER)) is None
+    # Its own figure beside another's: a comparison, not a mix-up.
+    compared = "The Office Chair, at 488.81, cost far more than the 47.84 of the bottle."
+    assert _contradiction(_run(compared, ORDER)) is None
+    # A figure no other record holds (a total, a refund after fees) is provenance's to judge.
+    assert _contradiction(_run("The Office Chair refund comes to 480.00.", ORDER)) is None
+    # The item id's digits are a name, not a figure given to the chair.
+    assert _contradiction(_run("Office Chair is item 6469567736's neighbour.", ORDER)) is None
+
+
+async def test_the_zero_llm_attributors_blame_the_step_the_records_prove_wrong_and_say_why() -> (
+    None
+):
+    cases = [
+        (
+            _run("Compared the list: the cheapest option is AF 1024."),
+            "called AF 1024 the cheapest after flights.search had returned TP 433",
+        ),
+        (
+            _run("Refund: the Office Chair was 47.84.", ORDER, final="47.84"),
+            "gave Office Chair the figure 47.84, which flights.search had returned as the price"
+            " of Water Bottle",
+        ),
+    ]
+    for trajectory, why in cases:
+        for method in ("learned", "first_error"):
+            attribution = await get_attributor(method).attribute(trajectory, AttributeOptions())
+            assert (attribution.step, attribution.agent) == (3, "Analyst"), attribution.reason
+            assert why in attribution.reason, attribution.reason
