@@ -1,13 +1,16 @@
-"""Superlatives checked against the records a tool returned.
+"""What an agent says of records a tool returned, checked against them.
 
 "The cheapest flight is AF 1024" right after a search returned TP 433 at 89 EUR and
 AF 1024 at 140 EUR states no figure of its own, so value provenance has nothing to check;
-the claim is still plainly wrong, and the tool output says so. This module reads tool
-outputs that are JSON or Python literals holding records (a list of objects), finds a
-sentence that calls one record's name the cheapest, largest, … , and reports when that
-record is beaten on every numeric field the sentence can mean, in the direction the word
-says. It holds on any framework: it reads only text, and a claim is reported only when
-every record list that names the claimed record disagrees with it.
+"Returning the Office Chair refunds 47.84" states a figure a tool did return, so value
+provenance finds it supported. Both are plainly wrong, and the tool output says so. This
+module reads tool outputs that are JSON or Python literals holding records (lists of
+objects, at any depth) and finds a sentence that calls one record the cheapest, largest,
+… while another beats it on every numeric field the sentence can mean
+(`contradicted_superlative`), or that gives one record a figure its list holds for
+exactly one other record and none of its own (`misattributed_figure`). It holds on any
+framework: it reads only text, and a claim is reported only when the records leave no
+other reading of it.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ class Contradiction:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if value == int(value) else f"{value:,g}"
+    return f"{value:,.0f}" if value.is_integer() else f"{value:,g}"
 
 
 @dataclass(frozen=True)

@@ -152,3 +152,13 @@ async def test_the_zero_llm_attributors_blame_the_step_the_records_prove_wrong_a
             attribution = await get_attributor(method).attribute(trajectory, AttributeOptions())
             assert (attribution.step, attribution.agent) == (3, "Analyst"), attribution.reason
             assert why in attribution.reason, attribution.reason
+
+
+def test_an_infinite_value_in_the_records_is_said_not_crashed_on() -> None:
+    huge = '[{"flight": "TP 433", "eur": 1e999}, {"flight": "AF 1024", "eur": 140}]'
+    checks = RecordChecks()
+    tool = Step(index=0, agent="search", kind=StepKind.TOOL, content=huge, tool_name="search")
+    checks.push(tool, acting=False)
+    claim = Step(index=1, agent="Analyst", kind=StepKind.MESSAGE, content="TP 433 is cheapest.")
+    found = checks.push(claim, acting=True)
+    assert found is not None and "against inf for TP 433" in found.said_by("Analyst")
