@@ -63,8 +63,6 @@ class Records:
     """A tool's output read as records: each record's names (its short string values)
     and its numbers, by field (a record keyed by its name has that name under "")."""
 
-    source: int
-    """The step that returned them."""
     tool: str
     names: tuple[Mapping[str, str], ...]
     numbers: tuple[Mapping[str, float], ...]
@@ -81,7 +79,6 @@ class Contradiction:
     better: str
     """A record that beats it on `field`, in the direction `word` says."""
     better_value: float
-    source: int
     tool: str
 
     def said_by(self, agent: str) -> str:
@@ -109,7 +106,6 @@ class Misattribution:
     field: str
     own_value: float | None
     """The named record's own value of `field`, if it has one."""
-    source: int
     tool: str
 
     def said_by(self, agent: str) -> str:
@@ -142,11 +138,11 @@ class RecordChecks:
             if found is None:
                 found = misattributed_figure(step.content, self._observed)
         answer = step.tool_result or (step.content if step.kind is StepKind.TOOL else None)
-        self._observed.extend(records_in(answer, step.index, step.tool_name or step.agent))
+        self._observed.extend(records_in(answer, step.tool_name or step.agent))
         return found
 
 
-def records_in(text: str | None, source: int, tool: str) -> list[Records]:
+def records_in(text: str | None, tool: str) -> list[Records]:
     """The record lists of a tool output in JSON or as a Python literal: every list of at
     least two objects, and every object of at least two objects (keyed by name), at any
     depth (an order's items inside the order)."""
@@ -167,12 +163,10 @@ def records_in(text: str | None, source: int, tool: str) -> list[Records]:
             data = ast.literal_eval(stripped)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return []
-    return [_records(items, source, tool) for items in _collections(data)]
+    return [_records(items, tool) for items in _collections(data)]
 
 
-def _records(
-    items: Sequence[tuple[str | None, Mapping[str, object]]], source: int, tool: str
-) -> Records:
+def _records(items: Sequence[tuple[str | None, Mapping[str, object]]], tool: str) -> Records:
     names: list[dict[str, str]] = []
     numbers: list[dict[str, float]] = []
     for key, item in items:
@@ -189,7 +183,7 @@ def _records(
                 if isinstance(value, int | float) and not isinstance(value, bool)
             }
         )
-    return Records(source, tool, tuple(names), tuple(numbers))
+    return Records(tool, tuple(names), tuple(numbers))
 
 
 def _collections(data: object) -> list[list[tuple[str | None, Mapping[str, object]]]]:
@@ -314,7 +308,6 @@ def _judge(sentence: str, word: str, observed: Sequence[Records]) -> Contradicti
                 claimed_value=value,
                 better=_name_of(records, best_index, name_field),
                 better_value=best,
-                source=records.source,
                 tool=records.tool,
             )
     return contradiction
@@ -365,7 +358,6 @@ def _misattributed(sentence: str, records: Records) -> Misattribution | None:
                 owner=_name_of(records, other, name_field),
                 field=field,
                 own_value=own.get(field),
-                source=records.source,
                 tool=records.tool,
             )
     return None

@@ -55,7 +55,7 @@ def _value(token: str) -> float | None:
         return None
 
 
-def _figures(text: str) -> dict[float, str]:
+def figures_in(text: str) -> dict[float, str]:
     """The figures of a text (value → first spelling), without bare single digits, which
     number lists and steps far more often than they state a value, and without years
     (1900–2100), which date text far more often than they state a value."""
@@ -70,18 +70,7 @@ def _figures(text: str) -> dict[float, str]:
     return out
 
 
-def figures_in(text: str) -> dict[float, str]:
-    """The figures of a text as provenance reads them (value → first spelling): no bare
-    single digits, no years."""
-    return _figures(text)
-
-
 def same_figure(a: float, b: float) -> bool:
-    """Whether two figures are the same as provenance judges it (`_close`)."""
-    return _close(a, b)
-
-
-def _close(a: float, b: float) -> bool:
     """Equal: exactly for two whole numbers, else to 1e-4 relative (a rounding of the
     last digits of a computed decimal)."""
     if a.is_integer() and b.is_integer():
@@ -122,13 +111,13 @@ def derivable(value: float, pool: list[float]) -> bool:
     a common unit conversion."""
     loose = max(1e-4 * abs(value), 0.006)
     if math.isfinite(value) and all(math.isfinite(a) for a in pool):
-        # `_close(value, x)` holds only for x within `loose` of value: look there alone.
+        # `same_figure(value, x)` holds only for x within `loose` of value: look there alone.
         unary = _unary_sorted(tuple(pool))
         start = bisect.bisect_left(unary, value - loose)
         stop = bisect.bisect_right(unary, value + loose)
-        if any(_close(value, derived) for derived in unary[start:stop]):
+        if any(same_figure(value, derived) for derived in unary[start:stop]):
             return True
-    elif any(_close(value, derived) for a in pool for derived in _unary(a)):
+    elif any(same_figure(value, derived) for a in pool for derived in _unary(a)):
         return True
     ordered = sorted(pool)
     # Is some value of `ordered` within a tolerance of b? (Written out: this loop runs
@@ -282,7 +271,7 @@ class Provenance:
     """Case-folded text of every observation so far (for argument values)."""
 
     def __post_init__(self) -> None:
-        self._observe(_figures(self.task))
+        self._observe(figures_in(self.task))
         self._seen_text.append(self.task.casefold())
 
     def _observe(self, figures: dict[float, str]) -> None:
@@ -313,9 +302,9 @@ class Provenance:
             self._unseen_arguments(step) if step.kind is StepKind.TOOL else ((), False)
         )
         if step.tool_result:
-            self._observe(_figures(step.tool_result))
+            self._observe(figures_in(step.tool_result))
             self._seen_text.append(step.tool_result.casefold())
-        figures = _figures(step.content)
+        figures = figures_in(step.content)
         self._observe(figures)
         self._seen_text.append(step.content.casefold())
         self._pending.append((step.tool_name or step.agent, figures))
@@ -377,11 +366,11 @@ class Provenance:
         self._last_actor = step.agent
         arguments, outside = self._unseen_arguments(step)
         if step.tool_result:
-            self._observe(_figures(step.tool_result))
+            self._observe(figures_in(step.tool_result))
             self._seen_text.append(step.tool_result.casefold())
         # Code an agent writes holds constants, not claims about the world.
         prose = _CODE_BLOCK.sub(" ", step.content)
-        stated = _figures(" ".join(filter(None, (prose, step.tool_arguments))))
+        stated = figures_in(" ".join(filter(None, (prose, step.tool_arguments))))
         unsupported = self._unsupported_of(stated)
         introduced = tuple(
             token for value, token in unsupported.items() if value not in self._claimed

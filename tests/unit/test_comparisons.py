@@ -48,7 +48,7 @@ def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Tra
     )
 
 
-def _contradiction(trajectory: Trajectory) -> tuple[int, str] | None:
+def _finding(trajectory: Trajectory) -> tuple[int, str] | None:
     checks = RecordChecks()
     for step in trajectory.steps:
         found = checks.push(step, acting=is_acting_step(step))
@@ -58,7 +58,7 @@ def _contradiction(trajectory: Trajectory) -> tuple[int, str] | None:
 
 
 def test_a_superlative_the_records_contradict_is_found_and_said_in_words() -> None:
-    found = _contradiction(_run("The cheapest option is AF 1024, leaving at 9:10."))
+    found = _finding(_run("The cheapest option is AF 1024, leaving at 9:10."))
     assert found == (
         3,
         "Analyst called AF 1024 the cheapest after flights.search had returned TP 433 with"
@@ -67,14 +67,14 @@ def test_a_superlative_the_records_contradict_is_found_and_said_in_words() -> No
 
 
 def test_a_superlative_the_records_support_or_cannot_judge_is_not_evidence() -> None:
-    assert _contradiction(_run("The cheapest option is TP 433.", final="TP 433")) is None
+    assert _finding(_run("The cheapest option is TP 433.", final="TP 433")) is None
     # The most expensive one is AF 1024: true.
-    assert _contradiction(_run("AF 1024 is the most expensive; TP 433 is fine.")) is None
+    assert _finding(_run("AF 1024 is the most expensive; TP 433 is fine.")) is None
     # Two records named in the one sentence: which one is called cheapest is unclear.
-    assert _contradiction(_run("Of TP 433 and AF 1024, the cheapest is clear.")) is None
+    assert _finding(_run("Of TP 433 and AF 1024, the cheapest is clear.")) is None
     # No superlative, or a record no list holds.
-    assert _contradiction(_run("AF 1024 leaves at 9:10.")) is None
-    assert _contradiction(_run("The cheapest is LH 1170.")) is None
+    assert _finding(_run("AF 1024 leaves at 9:10.")) is None
+    assert _finding(_run("The cheapest is LH 1170.")) is None
 
 
 def test_the_field_the_sentence_names_decides_and_constant_fields_say_nothing() -> None:
@@ -82,24 +82,24 @@ def test_the_field_the_sentence_names_decides_and_constant_fields_say_nothing() 
         {"flight": "TP 433", "eur": 89, "minutes": 150},
         {"flight": "AF 1024", "eur": 140, "minutes": 95},
     ]
-    assert _contradiction(_run("AF 1024 has the shortest minutes in the air.", timed)) is None
-    found = _contradiction(_run("TP 433 has the lowest minutes in the air.", timed))
+    assert _finding(_run("AF 1024 has the shortest minutes in the air.", timed)) is None
+    found = _finding(_run("TP 433 has the lowest minutes in the air.", timed))
     assert found is not None and "AF 1024 with minutes 95 against 150 for TP 433" in found[1]
 
 
 def test_records_are_read_from_json_lists_nested_lists_and_objects_keyed_by_name() -> None:
     keyed = {"TP 433": {"eur": 89}, "AF 1024": {"eur": 140}}
-    found = _contradiction(_run("The cheapest is AF 1024.", keyed))
+    found = _finding(_run("The cheapest is AF 1024.", keyed))
     assert found is not None and "TP 433 with eur 89" in found[1]
-    (wrapped,) = records_in(orjson.dumps({"results": FLIGHTS, "count": 2}).decode(), 2, "search")
+    (wrapped,) = records_in(orjson.dumps({"results": FLIGHTS, "count": 2}).decode(), "search")
     assert len(wrapped.names) == 2
     # The Python literal a framework sends when it str()s a tool's return value.
-    (literal,) = records_in(str(FLIGHTS), 2, "search")
+    (literal,) = records_in(str(FLIGHTS), "search")
     assert literal.numbers[1]["eur"] == 140
-    assert records_in("TP 433: 89 EUR; AF 1024: 140 EUR", 2, "search") == []
-    assert records_in("[" * 100_000, 2, "search") == []  # too deep to parse: no records
-    assert records_in('[{"flight": "TP 433"}]', 2, "search") == []  # one record compares nothing
-    assert records_in("[{not json", 2, "search") == []
+    assert records_in("TP 433: 89 EUR; AF 1024: 140 EUR", "search") == []
+    assert records_in("[" * 100_000, "search") == []  # too deep to parse: no records
+    assert records_in('[{"flight": "TP 433"}]', "search") == []  # one record compares nothing
+    assert records_in("[{not json", "search") == []
 
 
 ORDER = {
@@ -114,7 +114,7 @@ ORDER = {
 
 
 def test_a_figure_of_one_record_given_to_another_is_found_and_said_in_words() -> None:
-    found = _contradiction(_run("The Office Chair was 47.84, so you get 47.84 back.", ORDER))
+    found = _finding(_run("The Office Chair was 47.84, so you get 47.84 back.", ORDER))
     assert found == (
         3,
         "Analyst gave Office Chair the figure 47.84, which flights.search had returned as the"
@@ -123,14 +123,16 @@ def test_a_figure_of_one_record_given_to_another_is_found_and_said_in_words() ->
 
 
 def test_a_record_given_its_own_figure_or_compared_with_another_is_not_evidence() -> None:
-    assert _contradiction(_run("The Office Chair was 488.81.", ORDER)) is None
+    assert _finding(_run("The Office Chair was 488.81.", ORDER)) is None
     # Its own figure beside another's: a comparison, not a mix-up.
     compared = "The Office Chair, at 488.81, cost far more than the 47.84 of the bottle."
-    assert _contradiction(_run(compared, ORDER)) is None
+    assert _finding(_run(compared, ORDER)) is None
     # A figure no other record holds (a total, a refund after fees) is provenance's to judge.
-    assert _contradiction(_run("The Office Chair refund comes to 480.00.", ORDER)) is None
-    # The item id's digits are a name, not a figure given to the chair.
-    assert _contradiction(_run("Office Chair is item 6469567736's neighbour.", ORDER)) is None
+    assert _finding(_run("The Office Chair refund comes to 480.00.", ORDER)) is None
+    # The digits of a record's name are its name, not a figure given to it, even when
+    # another record holds that number.
+    numbered = [{"flight": "AF 1024", "eur": 140}, {"flight": "TP 433", "eur": 1024}]
+    assert _finding(_run("AF 1024 is fully booked.", numbered)) is None
 
 
 async def test_the_zero_llm_attributors_blame_the_step_the_records_prove_wrong_and_say_why() -> (
