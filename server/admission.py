@@ -16,7 +16,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["InflightBytes", "IngestAdmission", "RetryAdvice", "SpansPerByte"]
+from faultfinder.server.ingest import (
+    IngestSaturatedError,
+    IngestUnavailableError,
+    SpanWriter,
+    Stored,
+)
+from faultfinder.server.otlp.decode import DecodedBatch
+
+__all__ = ["InflightBytes", "IngestAdmission", "Refused", "RetryAdvice", "SpansPerByte"]
 
 _MAX_REMEMBERED = 1_000_000
 """Refusals remembered at most (a float each), however many senders wait."""
@@ -133,10 +141,18 @@ class RetryAdvice:
             self._taken.append([second, 1])
 
 
+class Refused(Exception):
+    """Ingest cannot take a request now: the sender is to come back after `seconds`."""
+
+    def __init__(self, message: str, seconds: int) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class IngestAdmission:
-    """What the OTLP/HTTP receiver needs to decide, before reading a body, whether to take
-    it: the bytes being received, the spans of requests let in and not yet queued, and
-    the Retry-After for those it refuses."""
+    """What both OTLP receivers need to decide whether to take a request: the bytes being
+    received, the spans of requests let in and not yet queued, and the wait to advise
+    those they refuse; and the one way both hand a decoded request to the writer."""
 
     def __init__(self, inflight_bytes: int, retry_after: int, retry_after_max: int) -> None:
         self.bytes = InflightBytes(inflight_bytes)
@@ -157,3 +173,25 @@ class IngestAdmission:
                 f"{self.coming_spans} more arriving, limit {limit})"
             )
         return ""
+
+    async def store(
+        self, writer: SpanWriter, batch: DecodedBatch, *, unavailable_wait: int
+    ) -> Stored:
+        """Queue a decoded request's spans and wait until they are stored: what the
+        database and the decoder rejected of them, and why. `Refused` when the queue is
+        full (the advised wait) or the database or a shutdown stops it
+        (`unavailable_wait`, the configured one: not the load)."""
+        if batch.rejected:
+            writer.counters.reject_spans("invalid_span", batch.rejected)
+        writer.counters.values_truncated += batch.truncated_values
+        try:
+            stored = await writer.submit(batch.spans)
+        except IngestSaturatedError as exc:
+            raise Refused(str(exc), self.advice.refused()) from exc
+        except IngestUnavailableError as exc:
+            raise Refused(str(exc), unavailable_wait) from exc
+        self.advice.taken()
+        return Stored(
+            batch.rejected + stored.rejected,
+            "; ".join(filter(None, (batch.error_message, stored.error_message))),
+        )

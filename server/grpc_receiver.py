@@ -22,10 +22,10 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from faultfinder.conventions import PROJECT_HEADER
-from faultfinder.server.admission import IngestAdmission, SpansPerByte
+from faultfinder.server.admission import IngestAdmission, Refused, SpansPerByte
 from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.errors import TooManySpansError
-from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
+from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.otlp.decode import DecodedBatch, DecodeError, decode_request
 from faultfinder.server.settings import Settings
 
@@ -102,25 +102,15 @@ class _TraceService:
         finally:
             admission.coming_spans -= expected
         self._spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
-        if batch.rejected:
-            self._writer.counters.reject_spans("invalid_span", batch.rejected)
-        self._writer.counters.values_truncated += batch.truncated_values
         try:
-            stored = await self._writer.submit(batch.spans)
-        except IngestSaturatedError as exc:
-            await self._retry_later(context, str(exc), admission.advice.refused())
-            raise AssertionError("unreachable") from exc
-        except IngestUnavailableError as exc:
-            # The database or a shutdown, not the load: the configured wait.
-            await self._retry_later(context, str(exc), self._retry_after)
-            raise AssertionError("unreachable") from exc
-        admission.advice.taken()
+            stored = await admission.store(self._writer, batch, unavailable_wait=self._retry_after)
+        except Refused as refused:
+            await self._retry_later(context, str(refused), refused.seconds)
+            raise AssertionError("unreachable") from refused
         response = trace_service_pb2.ExportTraceServiceResponse()
-        if batch.rejected or stored.rejected:
-            response.partial_success.rejected_spans = batch.rejected + stored.rejected
-            response.partial_success.error_message = "; ".join(
-                filter(None, (batch.error_message, stored.error_message))
-            )
+        if stored.rejected:
+            response.partial_success.rejected_spans = stored.rejected
+            response.partial_success.error_message = stored.error_message
         return response
 
     async def _decode(

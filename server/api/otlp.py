@@ -31,9 +31,9 @@ from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException
 
 from faultfinder.conventions import PROJECT_HEADER
-from faultfinder.server.admission import InflightBytes, IngestAdmission
+from faultfinder.server.admission import InflightBytes, IngestAdmission, Refused
 from faultfinder.server.errors import TooManySpansError
-from faultfinder.server.ingest import IngestSaturatedError, IngestUnavailableError, SpanWriter
+from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.otlp.decode import (
     BodyTooLargeError,
     DecodedBatch,
@@ -160,20 +160,12 @@ async def _store(
     as_json: bool,
 ) -> Response[bytes]:
     """Queue a decoded request's spans and answer once they are stored (or why not)."""
-    if batch.rejected:
-        writer.counters.reject_spans("invalid_span", batch.rejected)
-    writer.counters.values_truncated += batch.truncated_values
     try:
-        stored = await writer.submit(batch.spans)
-    except IngestSaturatedError as exc:
-        return _retry_later(str(exc), admission.advice.refused(), as_json=as_json)
-    except IngestUnavailableError as exc:
-        # The database or a shutdown, not the load: the configured wait.
-        return _retry_later(str(exc), settings.retry_after, as_json=as_json)
-    admission.advice.taken()
-    message = "; ".join(filter(None, (batch.error_message, stored.error_message)))
+        stored = await admission.store(writer, batch, unavailable_wait=settings.retry_after)
+    except Refused as refused:
+        return _retry_later(str(refused), refused.seconds, as_json=as_json)
     return Response(
-        encode_response(batch.rejected + stored.rejected, message, as_json=as_json),
+        encode_response(stored.rejected, stored.error_message, as_json=as_json),
         status_code=200,
         media_type=JSON if as_json else PROTOBUF,
     )
