@@ -27,21 +27,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.frameworks.scripted_openai import Reply, ScriptedOpenAI
+from tests.frameworks.scripted_openai import Reply, ScriptedOpenAI, call, say
 from tests.integration.sidecar import Sidecar, running_sidecar
 
 __all__ = [
     "ATTRIBUTORS",
     "CENSUS",
-    "CHEAPEST_CLAIM",
-    "CHEAPEST_WHY",
     "FLIGHTS",
-    "FLIGHT_TASK",
     "GROUND_TRUTH",
-    "MIXED_UP_CLAIM",
-    "MIXED_UP_WHY",
     "ORDER",
-    "ORDER_TASK",
+    "RECORD_SCENARIOS",
+    "SHOP_ROLE",
     "TASK",
     "TIMED_OUT",
     "WRONG",
@@ -50,6 +46,7 @@ __all__ = [
     "Graded",
     "Instrumentor",
     "Pipeline",
+    "RecordScenario",
     "census_answer",
     "check_attributions",
     "check_understood",
@@ -82,22 +79,15 @@ TIMED_OUT = "census service timed out"
 """The census tool's error, when it fails."""
 
 
-# The flights scenario: a search tool returns records, and the agent calls a record the
-# cheapest that is not (its tool's own list shows it).
-FLIGHT_TASK = "Which is the cheapest Friday flight from Paris to Lisbon?"
+# The records scenarios: a tool returns records, and the agent says of them what its
+# tool's own records prove wrong. One agent, "shop_agent", plays them; its instructions
+# carry `SHOP_ROLE`, and its two tools return `FLIGHTS` and `ORDER` as they are.
+SHOP_ROLE = "SHOP-ROLE"
 FLIGHTS: list[dict[str, object]] = [
     {"flight": "TP 433", "eur": 89, "departs": "07:05"},
     {"flight": "AF 1024", "eur": 140, "departs": "09:10"},
 ]
-"""The flight search's records, returned as the tool's own list of dicts."""
-CHEAPEST_CLAIM = "The cheapest Friday flight is AF 1024, departing at 09:10."
-"""The planted flaw: a record the search returned, called the cheapest; TP 433 is."""
-CHEAPEST_WHY = "called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89"
-"""What the zero-LLM attributors say of it."""
-
-# The order scenario: an order tool returns an order with its items nested inside, and
-# the agent gives one item another item's price.
-ORDER_TASK = "How much do I get back if I return the office chair of order #W2611340?"
+"""`flight_search`'s records, a list of dicts."""
 ORDER: dict[str, object] = {
     "order_id": "#W2611340",
     "items": [
@@ -105,11 +95,49 @@ ORDER: dict[str, object] = {
         {"name": "Office Chair", "item_id": "8426249116", "price": 488.81},
     ],
 }
-MIXED_UP_CLAIM = "Returning the Office Chair refunds 47.84 to your card."
-"""The planted flaw: the water bottle's price, given to the chair."""
-MIXED_UP_WHY = (
-    "gave Office Chair the figure 47.84, which order_details had returned as the price of"
-    " Water Bottle (Office Chair's is 488.81)"
+"""`order_details`'s order, its items a list inside it."""
+
+
+@dataclass(frozen=True)
+class RecordScenario:
+    """One call of a records tool, then the planted claim, graded wrong afterwards."""
+
+    name: str
+    tool: str
+    arguments: Mapping[str, str]
+    task: str
+    claim: str
+    """The planted flaw."""
+    ground_truth: str
+    why: str
+    """What the zero-LLM attributors must say of the claim."""
+
+    def script(self) -> dict[str, list[Reply]]:
+        return {SHOP_ROLE: [call(self.tool, **self.arguments), say(self.claim)]}
+
+
+RECORD_SCENARIOS = (
+    RecordScenario(
+        "superlative",
+        "flight_search",
+        {"origin": "CDG", "destination": "LIS"},
+        task="Which is the cheapest Friday flight from Paris to Lisbon?",
+        # TP 433 is the cheapest, by the search's own list.
+        claim="The cheapest Friday flight is AF 1024, departing at 09:10.",
+        ground_truth="TP 433",
+        why="called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89",
+    ),
+    RecordScenario(
+        "figure-of-another-record",
+        "order_details",
+        {"order_id": "#W2611340"},
+        task="How much do I get back if I return the office chair of order #W2611340?",
+        # The water bottle's price, given to the chair.
+        claim="Returning the Office Chair refunds 47.84 to your card.",
+        ground_truth="488.81",
+        why="gave Office Chair the figure 47.84, which order_details had returned as the price"
+        " of Water Bottle (Office Chair's is 488.81)",
+    ),
 )
 
 
@@ -367,25 +395,22 @@ def graded_record_claim(
     llm: ScriptedOpenAI,
     work: Callable[[], object],
     agent: str,
-    *,
-    claim: str,
-    ground_truth: str,
-    why: str,
+    scenario: RecordScenario,
 ) -> dict[str, Any]:
     """A records scenario played to the end: `work` runs while `llm` serves its script; the
-    user posts the run failed with `ground_truth`; the zero-LLM attributors blame
-    `agent`'s `claim`, the first step that states it, and say `why` (the records that
-    prove it wrong), however the framework's instrumentation carried the tool's records."""
+    user posts the run failed with its ground truth; the zero-LLM attributors blame
+    `agent`'s claim, the first step that states it, and say why (the records that prove
+    it wrong), however the framework's instrumentation carried the tool's records."""
     before, _, error = pipeline.serving(llm, work)
     assert error is None, error
     run = pipeline.the_run(before, statuses=("complete",))
-    pipeline.post_outcome(run["id"], outcome="failure", ground_truth=ground_truth)
+    pipeline.post_outcome(run["id"], outcome="failure", ground_truth=scenario.ground_truth)
     attributed = pipeline.the_run(before, statuses=("attributed",))
     shown = _show(attributed["trajectory"])
     stated = next(
         step
         for step in attributed["trajectory"]["steps"]
-        if claim in step["content"] and step["kind"] != "tool"
+        if scenario.claim in step["content"] and step["kind"] != "tool"
     )
     by_method = {a["method"]: a for a in attributed["attributions"]}
     for method in ("learned", "first_error"):
@@ -394,7 +419,7 @@ def graded_record_claim(
             f"{method} blamed step {blamed['step']} ({blamed['agent']}): {blamed['reason']}\n"
             f"{shown}"
         )
-        assert why in blamed["reason"], f"{method}: {blamed['reason']}\n{shown}"
+        assert scenario.why in blamed["reason"], f"{method}: {blamed['reason']}\n{shown}"
     return attributed
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import agents
+import pytest
 from agents import (
     Agent,
     OpenAIChatCompletionsModel,
@@ -123,7 +124,8 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
 
 def shop_agent(llm: ScriptedOpenAI) -> Agent:
     """One agent with two record tools: a flight search returning the harness's `FLIGHTS`
-    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside)."""
+    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside).
+    The SDK carries their return values as their str(), a Python literal, not JSON."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
 
@@ -148,51 +150,21 @@ def shop_agent(llm: ScriptedOpenAI) -> Agent:
 
     return Agent(
         name="shop_agent",
-        instructions="SHOP-ROLE: answer from the tools.",
+        instructions=f"{harness.SHOP_ROLE}: answer from the tools.",
         tools=[flight_search, order_details],
         model=model,
     )
 
 
-def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
-    pipeline: Pipeline,
+@pytest.mark.parametrize("scenario", harness.RECORD_SCENARIOS, ids=lambda s: s.name)
+def test_what_a_tools_own_records_prove_wrong_is_blamed_with_them(
+    pipeline: Pipeline, scenario: harness.RecordScenario
 ) -> None:
-    """The SDK hands the model (and the trace) a tool's list as its str(), a Python
-    literal, not JSON."""
-    llm = ScriptedOpenAI(
-        {
-            "SHOP-ROLE": [
-                call("flight_search", origin="CDG", destination="LIS"),
-                say(harness.CHEAPEST_CLAIM),
-            ]
-        }
-    )
+    llm = ScriptedOpenAI(scenario.script())
     harness.graded_record_claim(
         pipeline,
         llm,
-        lambda: Runner.run_sync(shop_agent(llm), harness.FLIGHT_TASK),
+        lambda: Runner.run_sync(shop_agent(llm), scenario.task),
         "shop_agent",
-        claim=harness.CHEAPEST_CLAIM,
-        ground_truth="TP 433",
-        why=harness.CHEAPEST_WHY,
-    )
-
-
-def test_one_records_figure_given_to_another_is_blamed_with_both(pipeline: Pipeline) -> None:
-    llm = ScriptedOpenAI(
-        {
-            "SHOP-ROLE": [
-                call("order_details", order_id="#W2611340"),
-                say(harness.MIXED_UP_CLAIM),
-            ]
-        }
-    )
-    harness.graded_record_claim(
-        pipeline,
-        llm,
-        lambda: Runner.run_sync(shop_agent(llm), harness.ORDER_TASK),
-        "shop_agent",
-        claim=harness.MIXED_UP_CLAIM,
-        ground_truth="488.81",
-        why=harness.MIXED_UP_WHY,
+        scenario,
     )

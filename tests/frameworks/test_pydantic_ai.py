@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic_ai import Agent, InstrumentationSettings, ModelRetry, RunContext
@@ -140,13 +141,14 @@ def test_a_tool_asking_the_model_to_retry_is_kept_as_evidence(pipeline: Pipeline
 
 def shop_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
     """One agent with two record tools: a flight search returning the harness's `FLIGHTS`
-    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside)."""
+    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside).
+    pydantic-ai carries their return values as JSON."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatModel("scripted", provider=OpenAIProvider(openai_client=client))
     shop = Agent(
         model,
         name="shop_agent",
-        instructions="SHOP-ROLE: answer from the tools.",
+        instructions=f"{harness.SHOP_ROLE}: answer from the tools.",
         output_type=str,
     )
 
@@ -163,44 +165,11 @@ def shop_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
     return shop
 
 
-def test_a_superlative_its_own_tools_records_contradict_is_blamed_with_them(
-    pipeline: Pipeline,
+@pytest.mark.parametrize("scenario", harness.RECORD_SCENARIOS, ids=lambda s: s.name)
+def test_what_a_tools_own_records_prove_wrong_is_blamed_with_them(
+    pipeline: Pipeline, scenario: harness.RecordScenario
 ) -> None:
-    """pydantic-ai carries the tool's list of dicts as JSON."""
-    llm = ScriptedOpenAI(
-        {
-            "SHOP-ROLE": [
-                call("flight_search", origin="CDG", destination="LIS"),
-                say(harness.CHEAPEST_CLAIM),
-            ]
-        }
-    )
+    llm = ScriptedOpenAI(scenario.script())
     harness.graded_record_claim(
-        pipeline,
-        llm,
-        lambda: shop_agent(llm).run_sync(harness.FLIGHT_TASK),
-        "shop_agent",
-        claim=harness.CHEAPEST_CLAIM,
-        ground_truth="TP 433",
-        why=harness.CHEAPEST_WHY,
-    )
-
-
-def test_one_records_figure_given_to_another_is_blamed_with_both(pipeline: Pipeline) -> None:
-    llm = ScriptedOpenAI(
-        {
-            "SHOP-ROLE": [
-                call("order_details", order_id="#W2611340"),
-                say(harness.MIXED_UP_CLAIM),
-            ]
-        }
-    )
-    harness.graded_record_claim(
-        pipeline,
-        llm,
-        lambda: shop_agent(llm).run_sync(harness.ORDER_TASK),
-        "shop_agent",
-        claim=harness.MIXED_UP_CLAIM,
-        ground_truth="488.81",
-        why=harness.MIXED_UP_WHY,
+        pipeline, llm, lambda: shop_agent(llm).run_sync(scenario.task), "shop_agent", scenario
     )
