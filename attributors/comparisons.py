@@ -5,11 +5,14 @@ AF 1024 at 140 EUR states no figure of its own, so value provenance has nothing 
 "Returning the Office Chair refunds 47.84" states a figure a tool did return, so value
 provenance finds it supported. Both are plainly wrong, and the tool output says so. This
 module reads tool outputs that are JSON or Python literals holding records (lists of
-objects, at any depth) and finds a sentence that calls one record the cheapest, largest,
-… while another beats it on every numeric field the sentence can mean
-(`contradicted_superlative`), or that gives one record a figure its list holds for
-exactly one other record and none of its own (`misattributed_figure`). It holds on any
-framework: it reads only text, and a claim is reported only when the records leave no
+objects, at any depth), or lines of `Name: field value; field value` prose, and finds a
+sentence that calls one record the cheapest, largest, … while another beats it on every
+numeric field the sentence can mean (`contradicted_superlative`), or that gives one record
+a figure its list holds for exactly one other record and none of its own
+(`misattributed_figure`), or that gives a record's figure to a name that is neither that
+record nor anything the task speaks of ("The population of Orlania is 48,210" after
+"Varnholm: country Orlania; population 48210": `misattributed_figure` too). It holds on
+any framework: it reads only text, and a claim is reported only when the records leave no
 other reading of it.
 """
 
@@ -126,17 +129,18 @@ class RecordChecks:
     """Walks a run in order: each tool output that holds records is remembered, and each
     acting step's text is checked against the records seen before it: a superlative they
     contradict (`contradicted_superlative`), or a figure of one record given to another
-    (`misattributed_figure`)."""
+    record or to a name the task does not speak of (`misattributed_figure`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: str = "") -> None:
         self._observed: list[Records] = []
+        self._task = task
 
     def push(self, step: Step, *, acting: bool) -> Finding | None:
         found: Finding | None = None
         if acting and self._observed and step.content:
             found = contradicted_superlative(step.content, self._observed)
             if found is None:
-                found = misattributed_figure(step.content, self._observed)
+                found = misattributed_figure(step.content, self._observed, self._task)
         answer = step.tool_result or (step.content if step.kind is StepKind.TOOL else None)
         self._observed.extend(records_in(answer, step.tool_name or step.agent))
         return found
@@ -145,12 +149,16 @@ class RecordChecks:
 def records_in(text: str | None, tool: str) -> list[Records]:
     """The record lists of a tool output in JSON or as a Python literal: every list of at
     least two objects, and every object of at least two objects (keyed by name), at any
-    depth (an order's items inside the order)."""
+    depth (an order's items inside the order); in prose, its lines of the form
+    `Name: field value; field value` (`line_records`)."""
     if not text or len(text) > _MAX_OUTPUT_CHARS:
         return []
     stripped = text.lstrip()
-    if not stripped or stripped[0] not in "[{":
+    if not stripped:
         return []
+    if stripped[0] not in "[{":
+        found = line_records(stripped, tool)
+        return [found] if found is not None else []
     try:
         data = orjson.loads(stripped)
     except orjson.JSONDecodeError:
@@ -164,6 +172,42 @@ def records_in(text: str | None, tool: str) -> list[Records]:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return []
     return [_records(items, tool) for items in _collections(data)]
+
+
+_LINE = re.compile(r"^[ \t]*(?P<head>[^\W\d_][^:\n]{0,59}?)[ \t]*:[ \t]*(?P<rest>\S.*)$", re.M)
+_PARTS = re.compile(r";|,\s")
+_FIELD = re.compile(
+    r"\s*(?P<field>[^\W\d_][^\W\d]*(?:[ '-][^\W\d]+){0,3})\s*[:=]?\s*"
+    r"(?P<figure>-?\d[\d,]*(?:\.\d+)?)(?![\w.])"
+)
+
+
+def line_records(text: str, tool: str) -> Records | None:
+    """The records of a prose tool output, one per line of the form `Name: field value;
+    field value` with at least two numeric fields ("Varnholm: country Orlania; population
+    48210; area 41.5 km2"), named by what precedes the colon. Only the name names such a
+    record: the other words of a line are its values, not its identity."""
+    names: list[dict[str, str]] = []
+    numbers: list[dict[str, float]] = []
+    for line in _LINE.finditer(text):
+        fields: dict[str, float] = {}
+        for part in _PARTS.split(line.group("rest")):
+            found = _FIELD.match(part)
+            if found is None:
+                continue
+            value = float(found.group("figure").replace(",", ""))
+            fields.setdefault(found.group("field").lower(), value)
+        head = line.group("head").strip()
+        # One figure after a colon is a heading and its value ("Code output: Menu on
+        # March 22, 2021"), not a record with values of its own.
+        if len(fields) >= 2 and len(head) >= 2:
+            names.append({"": head})
+            numbers.append(fields)
+        if len(names) >= _MAX_RECORDS:
+            break
+    if not names:
+        return None
+    return Records(tool, tuple(names), tuple(numbers))
 
 
 def _records(items: Sequence[tuple[str | None, Mapping[str, object]]], tool: str) -> Records:
@@ -313,14 +357,17 @@ def _judge(sentence: str, word: str, observed: Sequence[Records]) -> Contradicti
     return contradiction
 
 
-def misattributed_figure(text: str, observed: Sequence[Records]) -> Misattribution | None:
+def misattributed_figure(
+    text: str, observed: Sequence[Records], task: str = ""
+) -> Misattribution | None:
     """The first sentence of `text` that speaks of exactly one record of a list and gives
     it a figure that list holds for exactly one other record, while giving it none of its
     own values (a sentence that also states the record's own figure is comparing, not
-    mixing records up)."""
+    mixing records up); or that gives a record's figure to a name (`_foreign_names`)
+    while never naming that record (`_transferred`)."""
     for sentence in _SENTENCES.split(text):
         for records in reversed(observed):
-            found = _misattributed(sentence, records)
+            found = _misattributed(sentence, records) or _transferred(sentence, records, task)
             if found is not None:
                 return found
     return None
@@ -360,4 +407,93 @@ def _misattributed(sentence: str, records: Records) -> Misattribution | None:
                 own_value=own.get(field),
                 tool=records.tool,
             )
+    return None
+
+
+_NAME = re.compile(r"(?<![\w'])[A-Z][a-z][\w'-]*(?:[ \t]+[A-Z][a-z][\w'-]*)*")
+_OPENERS = frozenset((
+    "a", "an", "the", "this", "that", "these", "those", "it", "its", "there", "here", "i",
+    "we", "you", "your", "my", "our", "he", "she", "they", "his", "her", "their", "in",
+    "on", "at", "for", "from", "to", "with", "by", "based", "according", "so", "therefore",
+    "thus", "hence", "yes", "no", "after", "before", "as", "if", "when", "since",
+    "because", "then", "also", "however", "note", "sure", "answer", "final", "result",
+    "total", "let", "using", "now", "given", "both", "each", "all", "some", "one", "per",
+    "about", "overall",
+))  # fmt: skip
+"""Words that open a sentence far more often than they name anything."""
+
+
+def _foreign_names(sentence: str, records: Records, task: str) -> list[str]:
+    """The names a sentence gives (runs of capitalised words) that are no record's name,
+    no field of the list and nowhere in the task: what the sentence speaks of, if not a
+    record. A name opening the sentence comes last, and only when it is not a common
+    opener ("The", "Based"): a capitalised first word is capitalised for its place."""
+    known = {name.lower() for names in records.names for name in names.values()}
+    known.update(field for numbers in records.numbers for field in numbers)
+    lowered_task = task.lower()
+    inside: list[str] = []
+    opening: list[str] = []
+    for match in _NAME.finditer(sentence):
+        words = match.group().split()
+        first = not sentence[: match.start()].strip(" \t\"'(*-#")
+        if first:
+            while words and words[0].lower() in _OPENERS:
+                words = words[1:]
+        name = " ".join(words)
+        lowered = name.lower()
+        if len(name) < 3 or lowered in known or lowered in lowered_task:
+            continue
+        (opening if first else inside).append(name)
+    return inside + opening
+
+
+def _transferred(sentence: str, records: Records, task: str) -> Misattribution | None:
+    """A sentence that gives a figure the list holds for exactly one record, says which
+    of that record's values it is (the field's name), never names the record and names
+    something else (`_foreign_names`): "The population of Orlania is 48,210" after
+    "Varnholm: country Orlania; population 48210"."""
+    lowered = sentence.lower()
+    unnamed = [
+        index
+        for index, names in enumerate(records.names)
+        if not any(
+            re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", lowered)
+            for name in names.values()
+        )
+    ]
+    if not unnamed:
+        return None
+    stated = figures_in(sentence)
+    if not stated:
+        return None
+    for value, spelling in stated.items():
+        owners = {
+            (index, field)
+            for index, numbers in enumerate(records.numbers)
+            for field, theirs in numbers.items()
+            if same_figure(value, theirs)
+        }
+        if len({index for index, _ in owners}) != 1:
+            continue
+        index = next(iter(owners))[0]
+        # The sentence must say which of the record's values it gives ("the population
+        # of …"): a bare sum ("a refund of 47.84 to your PayPal account") is not about
+        # whose the figure is.
+        said = sorted(
+            field for _, field in owners if re.search(rf"(?<!\w){re.escape(field)}(?!\w)", lowered)
+        )
+        if index not in unnamed or not said:
+            continue
+        field = said[0]
+        foreign = _foreign_names(sentence, records, task)
+        if not foreign:
+            return None
+        return Misattribution(
+            named=foreign[0],
+            figure=spelling,
+            owner=_name_of(records, index, ""),
+            field=field,
+            own_value=None,
+            tool=records.tool,
+        )
     return None

@@ -245,7 +245,7 @@ def _without_error(trajectory: Trajectory, first_acting: int) -> tuple[int, str,
     else, said plainly to be a guess, the first acting step. (step, reason, confidence,
     rule)"""
     provenance = Provenance(trajectory.task)
-    record_checks = RecordChecks()
+    record_checks = RecordChecks(trajectory.task)
     made_up: tuple[int, str] | None = None
     for step in trajectory.steps:
         acting = is_acting_step(step)

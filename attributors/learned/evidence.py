@@ -74,7 +74,7 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
     found: list[list[Evidence]] = [[] for _ in steps]
     actor: int | None = None
     repeats = _RepeatedCalls()
-    record_checks = RecordChecks()
+    record_checks = RecordChecks(trajectory.task)
     for i, step in enumerate(steps):
         if facts[i].acting:
             actor = i

@@ -38,6 +38,7 @@ __all__ = [
     "ORDER",
     "RECORD_SCENARIOS",
     "SHOP_ROLE",
+    "STOCK",
     "TASK",
     "TIMED_OUT",
     "WRONG",
@@ -81,7 +82,7 @@ TIMED_OUT = "census service timed out"
 
 # The records scenarios: a tool returns records, and the agent says of them what its
 # tool's own records prove wrong. One agent, "shop_agent", plays them; its instructions
-# carry `SHOP_ROLE`, and its two tools return `FLIGHTS` and `ORDER` as they are.
+# carry `SHOP_ROLE`, and its three tools return `FLIGHTS`, `ORDER` and `STOCK` as they are.
 SHOP_ROLE = "SHOP-ROLE"
 FLIGHTS: list[dict[str, object]] = [
     {"flight": "TP 433", "eur": 89, "departs": "07:05"},
@@ -96,6 +97,11 @@ ORDER: dict[str, object] = {
     ],
 }
 """`order_details`'s order, its items a list inside it."""
+STOCK = (
+    "Warehouse Leeds: stock 1,240 units; capacity 2,000 units; dock doors 6\n"
+    "Warehouse Bristol: stock 310 units; capacity 800 units; dock doors 2"
+)
+"""`warehouse_stock`'s report: prose, one record a line (`Name: field value; …`)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,17 @@ RECORD_SCENARIOS = (
         ground_truth="488.81",
         why="gave Office Chair the figure 47.84, which order_details had returned as the price"
         " of Water Bottle (Office Chair's is 488.81)",
+    ),
+    RecordScenario(
+        "figure-given-to-another-name",
+        "warehouse_stock",
+        {"region": "north"},
+        task="Which northern warehouse can ship a 900-unit order today, and from what stock?",
+        # Leeds's stock, given to a warehouse the report does not list.
+        claim="Ship it from Warehouse York, which has a stock of 1,240 units.",
+        ground_truth="Warehouse Leeds",
+        why="gave Warehouse York the figure 1,240, which warehouse_stock had returned as the"
+        " stock of Warehouse Leeds",
     ),
 )
 

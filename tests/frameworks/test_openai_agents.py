@@ -123,8 +123,9 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
 
 
 def shop_agent(llm: ScriptedOpenAI) -> Agent:
-    """One agent with two record tools: a flight search returning the harness's `FLIGHTS`
-    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside).
+    """One agent with three record tools: a flight search returning the harness's `FLIGHTS`
+    (a list of dicts), an order lookup returning its `ORDER` (items nested inside) and a
+    stock report returning its `STOCK` (prose, a record a line).
     The SDK carries their return values as their str(), a Python literal, not JSON."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatCompletionsModel(model="scripted", openai_client=client)
@@ -148,10 +149,19 @@ def shop_agent(llm: ScriptedOpenAI) -> Agent:
         """
         return harness.ORDER
 
+    @function_tool
+    def warehouse_stock(region: str) -> str:
+        """The stock of a region's warehouses.
+
+        Args:
+            region: the region
+        """
+        return harness.STOCK
+
     return Agent(
         name="shop_agent",
         instructions=f"{harness.SHOP_ROLE}: answer from the tools.",
-        tools=[flight_search, order_details],
+        tools=[flight_search, order_details, warehouse_stock],
         model=model,
     )
 

@@ -140,8 +140,9 @@ def test_a_tool_asking_the_model_to_retry_is_kept_as_evidence(pipeline: Pipeline
 
 
 def shop_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
-    """One agent with two record tools: a flight search returning the harness's `FLIGHTS`
-    (a list of dicts) and an order lookup returning its `ORDER` (items nested inside).
+    """One agent with three record tools: a flight search returning the harness's `FLIGHTS`
+    (a list of dicts), an order lookup returning its `ORDER` (items nested inside) and a
+    stock report returning its `STOCK` (prose, a record a line).
     pydantic-ai carries their return values as JSON."""
     client = AsyncOpenAI(base_url=llm.base_url, api_key="scripted", max_retries=0)
     model = OpenAIChatModel("scripted", provider=OpenAIProvider(openai_client=client))
@@ -161,6 +162,11 @@ def shop_agent(llm: ScriptedOpenAI) -> Agent[None, str]:
     def order_details(order_id: str) -> dict[str, object]:
         """An order and its items."""
         return harness.ORDER
+
+    @shop.tool_plain
+    def warehouse_stock(region: str) -> str:
+        """The stock of a region's warehouses."""
+        return harness.STOCK
 
     return shop
 

@@ -1,5 +1,6 @@
 """What an agent says of records its tools returned is checked against them: a
-superlative they contradict, a figure of one record given to another."""
+superlative they contradict, a figure of one record given to another or to a name that is
+no record at all."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ FLIGHTS = [
 (the flight, not its shorter departure time)."""
 
 
-def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Trajectory:
+def _run(
+    claim: str,
+    output: object = FLIGHTS,
+    *,
+    final: str = "AF 1024",
+    task: str = "Book the cheapest Friday flight from Paris to Lisbon.",
+) -> Trajectory:
     search = "flights.search"
     steps = [
         Step(index=0, agent="Planner", kind=StepKind.MESSAGE, content="Searcher: list flights."),
@@ -34,7 +41,7 @@ def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Tra
             index=2,
             agent=search,
             kind=StepKind.TOOL,
-            content=orjson.dumps(output).decode(),
+            content=output if isinstance(output, str) else orjson.dumps(output).decode(),
             tool_name=search,
         ),
         Step(index=3, agent="Analyst", kind=StepKind.MESSAGE, content=claim),
@@ -42,14 +49,14 @@ def _run(claim: str, output: object = FLIGHTS, *, final: str = "AF 1024") -> Tra
     ]
     return Trajectory(
         run_id="flights",
-        task="Book the cheapest Friday flight from Paris to Lisbon.",
+        task=task,
         final_answer=final,
         steps=tuple(steps),
     )
 
 
 def _finding(trajectory: Trajectory) -> tuple[int, str] | None:
-    checks = RecordChecks()
+    checks = RecordChecks(trajectory.task)
     for step in trajectory.steps:
         found = checks.push(step, acting=is_acting_step(step))
         if found is not None:
@@ -164,3 +171,53 @@ def test_an_infinite_value_in_the_records_is_said_not_crashed_on() -> None:
     claim = Step(index=1, agent="Analyst", kind=StepKind.MESSAGE, content="TP 433 is cheapest.")
     found = checks.push(claim, acting=True)
     assert found is not None and "against inf for TP 433" in found.said_by("Analyst")
+
+
+STOCK = (
+    "Warehouse Leeds: stock 1,240 units; capacity 2,000 units; dock doors 6\n"
+    "Warehouse Bristol: stock 310 units; capacity 800 units; dock doors 2"
+)
+"""A prose report, one record a line: `Name: field value; field value`."""
+STOCK_TASK = "How many units can we ship today from the warehouse with the most stock?"
+
+
+def test_prose_lines_with_values_are_records_named_by_their_heading() -> None:
+    (records,) = records_in(STOCK, "inventory")
+    assert records.names == ({"": "Warehouse Leeds"}, {"": "Warehouse Bristol"})
+    assert records.numbers[0] == {"stock": 1240.0, "capacity": 2000.0, "dock doors": 6.0}
+    # A heading with one figure after it is a heading, not a record.
+    assert records_in("Code output: Menu on March 22, 2021", "terminal") == []
+    assert records_in("Note: all figures are approximate.", "terminal") == []
+
+
+def test_a_superlative_prose_records_contradict_is_found() -> None:
+    found = _finding(_run("Warehouse Bristol has the largest stock.", STOCK, task=STOCK_TASK))
+    assert found == (
+        3,
+        "Analyst called Warehouse Bristol the largest after flights.search had returned"
+        " Warehouse Leeds with stock 1,240 against 310 for Warehouse Bristol",
+    )
+    assert _finding(_run("Warehouse Leeds has the largest stock.", STOCK, task=STOCK_TASK)) is None
+
+
+def test_a_records_figure_given_to_another_name_is_found_and_said_in_words() -> None:
+    found = _finding(_run("The stock of Warehouse York is 1,240 units.", STOCK, task=STOCK_TASK))
+    assert found == (
+        3,
+        "Analyst gave Warehouse York the figure 1,240, which flights.search had returned as"
+        " the stock of Warehouse Leeds",
+    )
+
+
+def test_a_figure_said_of_its_record_or_of_what_the_task_names_is_not_evidence() -> None:
+    def finding(claim: str, task: str = STOCK_TASK) -> tuple[int, str] | None:
+        return _finding(_run(claim, STOCK, task=task))
+
+    assert finding("The stock of Warehouse Leeds is 1,240 units.") is None
+    # The task's own words for the subject ("the northern warehouse") are its name too.
+    northern = "How much stock does the Northern Warehouse hold?"
+    assert finding("The Northern Warehouse holds a stock of 1,240 units.", northern) is None
+    # A sum that does not say whose value it is names no subject to mix up.
+    assert finding("We can ship 1,240 units with Parcelforce today.") is None
+    # Nothing is named: there is nobody to give the figure to.
+    assert finding("The largest stock is 1,240 units.") is None
