@@ -6,7 +6,9 @@ for each framework, the `learned` attributor is trained on the other frameworks 
 trained on the `--train-also` records alone (the baseline that never saw the corpus),
 `first_error` and the random baseline, on the same records. Accuracy is reported per
 framework and per error mode. Nothing about a held-out framework is looked at before it
-is scored: the features, the grid and every setting are fixed.
+is scored: the features, the grid and every setting are fixed. Beside the summary,
+`runs.jsonl` holds each run's label and every method's answer (learned: one per seed), to
+read which runs a method misses.
 """
 
 from __future__ import annotations
@@ -111,7 +113,19 @@ def transfer(
 
     first = anyio.run(first_errors)
     table: dict[str, dict[str, dict[str, list[float]]]] = {}
+    runs: list[dict[str, Any]] = []
     for record in corpus:
+        runs.append(
+            {
+                "id": record.record_id,
+                "framework": framework_of(record),
+                "mode": record.gold.mode,
+                "gold": [record.gold.agent, record.gold.step],
+                "learned": [[agent, step] for _, agent, step in sorted(learned[record.record_id])],
+                "baseline": _answer(baseline.get(record.record_id)),
+                "first_error": _answer(first[record.record_id]),
+            }
+        )
         for key in (f"framework:{framework_of(record)}", f"mode:{record.gold.mode or '-'}", "all"):
             cell = table.setdefault(key, {m: {"agent": [], "step": []} for m in METHODS})
             cells = {
@@ -147,7 +161,14 @@ def transfer(
             name: subset["accuracy"]["step"] for name, subset in lofo["subsets"].items()
         },
         "table": summary,
+        "runs": runs,
     }
+
+
+def _answer(attribution: Attribution | None) -> list[object] | None:
+    if attribution is None:
+        return None
+    return [attribution.agent, attribution.step, attribution.reason]
 
 
 def render(summary: dict[str, Any], title: str) -> str:
@@ -226,8 +247,11 @@ def transfer_command(
         )
     summary["dataset"] = dataset
     summary["train_also"] = train_also
+    runs = summary.pop("runs")
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with (out / "runs.jsonl").open("w") as lines:
+        lines.writelines(json.dumps(run) + "\n" for run in runs)
     report = render(summary, f"Attribution on held-out frameworks: {dataset}")
     (out / "report.md").write_text(report)
     if as_json:

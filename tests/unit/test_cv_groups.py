@@ -112,3 +112,9 @@ def test_bench_transfer_reports_each_held_out_framework_and_mode(tmp_path: Path)
     assert table["all"]["first_error"]["step"] == 1.0
     assert abs(table["all"]["random"]["step"] - 1 / 6) < 1e-9
     assert "| alpha | 5 |" in (out / "report.md").read_text()
+    # Each run's label and answers, to read which runs a method misses.
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 15 and {run["framework"] for run in runs} == {"alpha", "beta", "gamma"}
+    for run in runs:
+        assert len(run["learned"]) == 1  # one answer per seed
+        assert run["first_error"][:2] == run["gold"]
