@@ -20,6 +20,7 @@ from faultfinder.attributors.learned.blame import (
 )
 from faultfinder.attributors.learned.evidence import (
     DECISIVE,
+    DECISIVE_STRENGTH,
     RELAYED,
     STRONG,
     Evidence,
@@ -219,13 +220,17 @@ def _evidence_first(
     such step leads (the former leader is returned as overruled). A positional habit may
     break ties, never outvote evidence; a lead the model learned from what steps show (a
     team's own labels, say) stands, except against `DECISIVE` evidence, which the run's
-    own data proves."""
+    own data proves: it leads over a top step with no evidence of its own, and an earlier
+    step carrying it leads over a top step whose own evidence is weaker (what the later
+    step got wrong began where the run's own records were first misstated)."""
     top = order[0]
     own = [item for item in evidence[top] if item.kind not in RELAYED]
-    if not own:
-        proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
-        if proven:
-            return [proven[0], *(i for i in order if i != proven[0])], top
+    proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
+    if not own and proven:
+        return [proven[0], *(i for i in order if i != proven[0])], top
+    earlier = [i for i in proven if i < top]
+    if earlier and max(item.strength for item in own) < DECISIVE_STRENGTH:
+        return [earlier[0], *(i for i in order if i != earlier[0])], top
     if own or not _positional(explained, top, order, row):
         return order, None
     backed = [i for i in order if strongest(evidence[i]) >= STRONG]

@@ -27,7 +27,15 @@ from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.attributors.provenance import tool_calls
 
-__all__ = ["DECISIVE", "RELAYED", "STRONG", "Evidence", "step_evidence", "strongest"]
+__all__ = [
+    "DECISIVE",
+    "DECISIVE_STRENGTH",
+    "RELAYED",
+    "STRONG",
+    "Evidence",
+    "step_evidence",
+    "strongest",
+]
 
 STRONG = 0.6
 """Evidence at least this strong decides between steps (see the module's docstring)."""
@@ -37,7 +45,10 @@ _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
 DECISIVE = frozenset({"contradicts-records", "misattributed-figure"})
 """Evidence the run's own data proves: a step carrying it leads over a step that carries
-no evidence, whatever the model's features say of that step."""
+no evidence, whatever the model's features say of that step, and over a later step whose
+evidence is weaker (`DECISIVE_STRENGTH`)."""
+DECISIVE_STRENGTH = 0.9
+"""The strength of `DECISIVE` evidence."""
 
 RELAYED = frozenset({"repeats-unsupported-figure"})
 """Evidence that a step passed on someone else's error: it points at the origin."""
@@ -82,7 +93,9 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
             found[i].extend(_cue_evidence(step.agent, features.named[i], i))
         finding = record_checks.push(step, acting=facts[i].acting)
         if finding is not None:
-            found[i].append(Evidence(i, finding.kind, 0.9, finding.said_by(step.agent)))
+            found[i].append(
+                Evidence(i, finding.kind, DECISIVE_STRENGTH, finding.said_by(step.agent))
+            )
         repeated = repeats.push(step, i, acting=facts[i].acting, error=facts[i].error > 0)
         if repeated is not None:
             found[i].append(repeated)

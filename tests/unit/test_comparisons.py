@@ -9,6 +9,8 @@ import orjson
 from faultfinder.attributors.base import AttributeOptions, get_attributor
 from faultfinder.attributors.comparisons import RecordChecks, records_in
 from faultfinder.attributors.heuristics import is_acting_step
+from faultfinder.attributors.learned.attributor import _evidence_first
+from faultfinder.attributors.learned.evidence import DECISIVE_STRENGTH, Evidence
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
 FLIGHTS = [
@@ -221,3 +223,21 @@ def test_a_figure_said_of_its_record_or_of_what_the_task_names_is_not_evidence()
     assert finding("We can ship 1,240 units with Parcelforce today.") is None
     # Nothing is named: there is nobody to give the figure to.
     assert finding("The largest stock is 1,240 units.") is None
+
+
+def test_an_earlier_step_the_records_prove_wrong_leads_over_weaker_later_evidence() -> None:
+    """What the model ranks first stands against weaker evidence, except that an earlier
+    step the run's own records prove wrong is where the failure began: a later turn that
+    only first states the wrong answer (0.6) gives way to it, one that contradicts its
+    tool's report (1.0) does not, nor does a lead before the proven step."""
+    proven = Evidence(2, "misattributed-figure", DECISIVE_STRENGTH, "gave X Y's figure")
+
+    def lead(top: Evidence) -> tuple[list[int], int | None]:
+        evidence: list[list[Evidence]] = [[] for _ in range(6)]
+        evidence[2].append(proven)
+        evidence[top.step].append(top)
+        return _evidence_first([top.step, 2, 0, 3], evidence, [], {})
+
+    assert lead(Evidence(5, "first-to-state-final-answer", 0.6, "")) == ([2, 5, 0, 3], 5)
+    assert lead(Evidence(5, "contradicts-report", 1.0, "")) == ([5, 2, 0, 3], None)
+    assert lead(Evidence(1, "unsupported-figure", 0.75, "")) == ([1, 2, 0, 3], None)
