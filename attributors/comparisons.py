@@ -19,10 +19,13 @@ other reading of it.
 from __future__ import annotations
 
 import ast
+import bisect
+import math
 import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import orjson
@@ -51,6 +54,7 @@ _HIGHEST = (
 _ALTERNATIVES = "|".join(re.escape(w) for w in sorted(_LOWEST + _HIGHEST, key=len, reverse=True))
 _WORDS = re.compile(rf"\b({_ALTERNATIVES})\b", re.IGNORECASE)
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+_TOKEN = re.compile(r"\w+")
 _PRICE_WORDS = frozenset({"cheapest", "least expensive", "most expensive", "dearest"})
 _PRICE_FIELD = re.compile(r"price|cost|fare|amount|fee|eur|usd|gbp|total", re.IGNORECASE)
 _MAX_OUTPUT_CHARS = 200_000
@@ -59,6 +63,9 @@ _MAX_LITERAL_CHARS = 20_000
 _MAX_RECORDS = 500
 _MAX_DEPTH = 6
 _MAX_COLLECTIONS = 50
+_MAX_REMEMBERED = 20
+"""Record lists a claim is checked against: the most recent ones (a long run's claims
+are about what its tools just returned, and the check stays linear in the run)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,54 @@ class Records:
     tool: str
     names: tuple[Mapping[str, str], ...]
     numbers: tuple[Mapping[str, float], ...]
+
+    def named_in(self, sentence: str) -> set[tuple[int, str, str]]:
+        """(record, field, name) of each record name the sentence holds as whole words."""
+        by_token, untokened = self._names_by_token
+        candidates = [*untokened]
+        for token in set(_TOKEN.findall(sentence)):
+            candidates.extend(by_token.get(token, ()))
+        return {
+            (index, field, name)
+            for index, field, name in candidates
+            if name in sentence and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence)
+        }
+
+    def holders(self, value: float) -> list[tuple[int, str]]:
+        """(record, field) of each value the records hold that is `value` (`same_figure`)."""
+        keys, owners = self._figures
+        margin = max(1e-4 * abs(value), 0.006)
+        low = bisect.bisect_left(keys, value - margin)
+        high = bisect.bisect_right(keys, value + margin)
+        return [owners[i] for i in range(low, high) if same_figure(value, keys[i])]
+
+    @cached_property
+    def _names_by_token(
+        self,
+    ) -> tuple[dict[str, list[tuple[int, str, str]]], list[tuple[int, str, str]]]:
+        """Each name under its longest word: a name found with word boundaries has every
+        word of it among the sentence's words, so only names filed under one of them can
+        be in the sentence (the names with no word are always tried)."""
+        by_token: dict[str, list[tuple[int, str, str]]] = {}
+        untokened: list[tuple[int, str, str]] = []
+        for index, names in enumerate(self.names):
+            for field, name in names.items():
+                tokens = _TOKEN.findall(name)
+                if tokens:
+                    by_token.setdefault(max(tokens, key=len), []).append((index, field, name))
+                else:
+                    untokened.append((index, field, name))
+        return by_token, untokened
+
+    @cached_property
+    def _figures(self) -> tuple[list[float], list[tuple[int, str]]]:
+        entries = sorted(
+            (value, index, field)
+            for index, numbers in enumerate(self.numbers)
+            for field, value in numbers.items()
+            if math.isfinite(value)
+        )
+        return [value for value, _, _ in entries], [(i, field) for _, i, field in entries]
 
 
 @dataclass(frozen=True)
@@ -132,7 +187,7 @@ class RecordChecks:
     record or to a name the task does not speak of (`misattributed_figure`)."""
 
     def __init__(self, task: str = "") -> None:
-        self._observed: list[Records] = []
+        self._observed: deque[Records] = deque(maxlen=_MAX_REMEMBERED)
         self._task = task
 
     def push(self, step: Step, *, acting: bool) -> Finding | None:
@@ -259,12 +314,7 @@ def _collections(data: object) -> list[list[tuple[str | None, Mapping[str, objec
 def _named(sentence: str, records: Records) -> tuple[int, str, str] | None:
     """The one record whose name the sentence mentions: its index, the field that holds
     the name, and the name (None for none or several records)."""
-    found = {
-        (index, field, name)
-        for index, names in enumerate(records.names)
-        for field, name in names.items()
-        if name in sentence and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence)
-    }
+    found = records.named_in(sentence)
     if len({index for index, _, _ in found}) != 1:
         return None
     return max(found, key=lambda item: len(item[2]))
@@ -390,13 +440,7 @@ def _misattributed(sentence: str, records: Records) -> Misattribution | None:
     if any(same_figure(value, mine) for value in stated for mine in own.values()):
         return None
     for value, spelling in stated.items():
-        owners = [
-            (other, field)
-            for other, numbers in enumerate(records.numbers)
-            if other != index
-            for field, theirs in numbers.items()
-            if same_figure(value, theirs)
-        ]
+        owners = [(other, field) for other, field in records.holders(value) if other != index]
         if len({other for other, _ in owners}) == 1:
             other, field = owners[0]
             return Misattribution(
@@ -452,39 +496,21 @@ def _transferred(sentence: str, records: Records, task: str) -> Misattribution |
     of that record's values it is (the field's name), never names the record and names
     something else (`_foreign_names`): "The population of Orlania is 48,210" after
     "Varnholm: country Orlania; population 48210"."""
-    lowered = sentence.lower()
-    unnamed = [
-        index
-        for index, names in enumerate(records.names)
-        if not any(
-            re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", lowered)
-            for name in names.values()
-        )
-    ]
-    if not unnamed:
-        return None
     stated = figures_in(sentence)
     if not stated:
         return None
+    lowered = sentence.lower()
     for value, spelling in stated.items():
-        owners = {
-            (index, field)
-            for index, numbers in enumerate(records.numbers)
-            for field, theirs in numbers.items()
-            if same_figure(value, theirs)
-        }
+        owners = set(records.holders(value))
         if len({index for index, _ in owners}) != 1:
             continue
         index = next(iter(owners))[0]
         # The sentence must say which of the record's values it gives ("the population
         # of …"): a bare sum ("a refund of 47.84 to your PayPal account") is not about
         # whose the figure is.
-        said = sorted(
-            field for _, field in owners if re.search(rf"(?<!\w){re.escape(field)}(?!\w)", lowered)
-        )
-        if index not in unnamed or not said:
+        said = sorted(field for _, field in owners if _mentions(lowered, field))
+        if not said or any(_mentions(lowered, name) for name in records.names[index].values()):
             continue
-        field = said[0]
         foreign = _foreign_names(sentence, records, task)
         if not foreign:
             return None
@@ -492,8 +518,14 @@ def _transferred(sentence: str, records: Records, task: str) -> Misattribution |
             named=foreign[0],
             figure=spelling,
             owner=_name_of(records, index, ""),
-            field=field,
+            field=said[0],
             own_value=None,
             tool=records.tool,
         )
     return None
+
+
+def _mentions(lowered: str, text: str) -> bool:
+    """Whether `lowered` (a sentence in lower case) holds `text` as whole words."""
+    wanted = text.lower()
+    return wanted in lowered and bool(re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", lowered))
