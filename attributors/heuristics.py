@@ -107,6 +107,17 @@ _TEXT_SIGNALS: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     ("non-zero exit code", 1.0, re.compile(r"exit\s*code:?\s*-?[1-9]\d*", re.IGNORECASE)),
     ("exception raised", 0.9, re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:")),
     ("error message", 0.9, re.compile(r"\berror:", re.IGNORECASE)),
+    # A JSON or Python-literal reply whose "error" field holds something: how many APIs
+    # and tool wrappers answer a call they refused ({"error": "no order 'Desk Lamp'"}).
+    (
+        "error field",
+        0.9,
+        re.compile(
+            r"""["'](?:error|errors|error_message)["']\s*:"""
+            r"""(?!\s*(?:null\b|None\b|false\b|False\b|""|''|\[\s*\]|\{\s*\}))""",
+            re.IGNORECASE,
+        ),
+    ),
     (
         "HTTP error status",
         0.8,
@@ -133,6 +144,7 @@ _SIGNAL_HINTS: tuple[tuple[str, ...], ...] = (
     ("exit",),
     ("error:", "exception:"),
     ("error:",),
+    ("error",),
     ("http", "status", "error"),
     ("exception",),
     ("fail",),

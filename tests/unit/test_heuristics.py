@@ -291,8 +291,10 @@ def test_attributors_never_raise_and_stay_inside_the_trajectory(
 
 # Digest of every signal (label, strength, excerpt) of every step of Who&When, per
 # subset, recorded from the plain regex scan before the pre-checks existed; the
-# first_error results and the learned features both rest on these signals.
-SIGNAL_DIGESTS = {"algorithm-generated": "03ce5e8dbe3201d2", "hand-crafted": "879cbf82094260d8"}
+# first_error results and the learned features both rest on these signals. Re-recorded
+# when the "error field" signal was added: it joins 26 Who&When steps, each of which
+# already shows a traceback (strength 1.0), so no step's strongest signal changed.
+SIGNAL_DIGESTS = {"algorithm-generated": "f8d60d2ab32e5baa", "hand-crafted": "f3f585027c78f0c9"}
 
 
 def test_error_signals_of_every_who_and_when_step_are_unchanged(
@@ -329,6 +331,7 @@ _FRAGMENTS = (
     "exception", "Exception", "failed", "FAILS", "failure", "not found", "Not\tFound",
     "unable to", "Unable  To", "cannot", "can't", "Can Not", "could not", "couldn't",
     "fa\u0131led", "fa\u0130led", "\u212aeyError:", "\u017ftatus 500", "plain words",
+    '{"error": "no order"}', "{'Errors': ['late']}", '{"error": null}', '"error_message":""',
 )  # fmt: skip
 
 
@@ -350,3 +353,15 @@ def test_error_signal_pre_checks_agree_on_mixtures(text: str) -> None:
     text_labels = {label for label, _, _ in heuristics._TEXT_SIGNALS}
     found = [(s.label, s.strength, s.excerpt) for s in error_signals(step)]
     assert [f for f in found if f[0] in text_labels] == scanned_signals(step, "")
+
+
+def test_a_reply_whose_error_field_holds_something_shows_an_error() -> None:
+    def labels(text: str) -> list[str]:
+        step = Step(index=0, agent="order_details", kind=StepKind.TOOL, content=text)
+        return [signal.label for signal in error_signals(step)]
+
+    assert labels('{"error": "no order \'Desk Lamp\'"}') == ["error field"]
+    assert labels("{'errors': [{'code': 'E42'}], 'items': []}") == ["error field"]
+    for quiet in ('{"error": null, "items": [1]}', '{"error": ""}', "{'errors': []}",
+                  '{"error": false}', '{"mirror": "ok"}'):  # fmt: skip
+        assert labels(quiet) == [], quiet
