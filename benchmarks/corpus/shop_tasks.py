@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "programs"))
 
-from shop_tools import ORDERS, PRODUCTS, order_total  # noqa: E402
+from shop_tools import ORDERS, PRODUCTS, order_total
 
 
 def _money(value: float) -> str:
