@@ -428,12 +428,7 @@ def _misattributed(sentence: str, records: Records) -> Misattribution | None:
     if named is None:
         return None
     index, name_field, name = named
-    # Figures inside the list's names ("AF 1024") are names, not figures.
-    bare = sentence
-    for names in records.names:
-        for text in names.values():
-            bare = bare.replace(text, " ")
-    stated = figures_in(bare)
+    stated = _stated(sentence, records)
     if not stated:
         return None
     own = records.numbers[index]
@@ -496,7 +491,7 @@ def _transferred(sentence: str, records: Records, task: str) -> Misattribution |
     of that record's values it is (the field's name), never names the record and names
     something else (`_foreign_names`): "The population of Orlania is 48,210" after
     "Varnholm: country Orlania; population 48210"."""
-    stated = figures_in(sentence)
+    stated = _stated(sentence, records)
     if not stated:
         return None
     lowered = sentence.lower()
@@ -523,6 +518,15 @@ def _transferred(sentence: str, records: Records, task: str) -> Misattribution |
             tool=records.tool,
         )
     return None
+
+
+def _stated(sentence: str, records: Records) -> dict[float, str]:
+    """The figures a sentence states, read after the names of the records it mentions are
+    taken out: the digits of a name ("AF 1024") are its name, not a figure."""
+    bare = sentence
+    for _, _, name in records.named_in(sentence):
+        bare = bare.replace(name, " ")
+    return figures_in(bare)
 
 
 def _mentions(lowered: str, text: str) -> bool:

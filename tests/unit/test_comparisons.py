@@ -142,6 +142,8 @@ def test_a_record_given_its_own_figure_or_compared_with_another_is_not_evidence(
     # another record holds that number.
     numbered = [{"flight": "AF 1024", "eur": 140}, {"flight": "TP 433", "eur": 1024}]
     assert _finding(_run("AF 1024 is fully booked.", numbered)) is None
+    # Nor a figure given to another name, when the sentence names the flight by them.
+    assert _finding(_run("The eur fare of Iberia on AF 1024 is unknown.", numbered)) is None
 
 
 async def test_the_zero_llm_attributors_blame_the_step_the_records_prove_wrong_and_say_why() -> (
