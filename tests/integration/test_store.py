@@ -79,6 +79,24 @@ async def test_spans_sent_twice_are_stored_once(store: SpanStore) -> None:
     assert len(await store.run_spans(trace_id("a1"))) == 5
 
 
+async def test_a_stored_span_in_a_later_page_leaves_the_earlier_pages_counted_once(
+    store: SpanStore,
+) -> None:
+    """A write of several INSERT pages whose last page repeats a stored span: the new
+    spans are stored once each and their run counts each of them once."""
+    root = span("p1")
+    resent = span("p1", span_id="f" * 16, parent=root.span_id)
+    assert await store.write_spans([root, resent]) == 2
+    new = [span("p1", parent=root.span_id, start=i) for i in range(1, 450)]
+
+    assert await store.write_spans([*new, resent]) == len(new)
+
+    run = await store.get_run(trace_id("p1"))
+    assert run is not None
+    assert run.n_spans == 2 + len(new)
+    assert await store.count_spans() == 2 + len(new)
+
+
 async def test_stored_span_reads_back_as_sent(store: SpanStore) -> None:
     sent = SpanRecord(
         trace_id=trace_id("b1"),
