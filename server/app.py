@@ -248,6 +248,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             gc.unfreeze()
             events.close()
             await attribution.aclose()
+            await store.aclose()
             await engine.dispose()
             await asyncio.to_thread(flush_logs)
 

@@ -78,7 +78,7 @@ def database_url(url: str | URL) -> URL:
     return parsed
 
 
-def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+def configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -109,5 +109,5 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     options.update(kwargs)
     engine = create_async_engine(parsed, **options)
     if parsed.get_backend_name() == "sqlite":
-        event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
+        event.listen(engine.sync_engine, "connect", configure_sqlite_connection)
     return engine

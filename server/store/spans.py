@@ -18,12 +18,15 @@ Run rules kept here (the lifecycle in `server/lifecycle.py` decides status chang
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.attributors.model import Attribution
 from faultfinder.server.db.engine import dumps_json
@@ -50,13 +53,25 @@ from faultfinder.server.store.tables import (
     insert_for,
     now_ns,
 )
+from faultfinder.server.store.write_thread import SqliteWriteThread, file_database
 from faultfinder.server.store.writes import RunDelta, known_outcome, runs_upsert
 
 __all__ = ["SpanStore"]
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """The span rows of one write, in key order, and what their runs need."""
+
+    rows: list[tuple[Any, ...]]
+    keys: list[tuple[str, str]]
+    first_copy: dict[tuple[str, str], SpanRecord]
+    facts: dict[tuple[str, str], RunFacts]
+    now: int
+
+
 class _SomeStoredAlready(Exception):
-    """Rolls back a write that found spans already stored (`SpanStore._write_if_all_new`)."""
+    """Rolls back a write that found spans already stored (`SpanStore._insert_counting`)."""
 
 
 _MAX_SPAN_PARAMETERS = 30_000
@@ -95,6 +110,10 @@ class SpanStore:
             raise ValueError(f"unsupported parameter style {dialect.paramstyle!r}")
         self._span_inserts: dict[tuple[int, bool], str] = {}
         self._count_new_rows = dialect.name == "sqlite"
+        self._write_thread_path = file_database(engine.url) if self._count_new_rows else None
+        """The SQLite database file whose span writes go through `SqliteWriteThread`
+        (started at the first write)."""
+        self._write_thread: SqliteWriteThread | None = None
         """Whether `write_spans` first tries the insert that counts new rows instead of
         returning them (SQLite; PostgreSQL returns all rows of a statement at once)."""
         self._upsert_runs = runs_upsert(insert(RUNS), least, greatest)
@@ -135,69 +154,81 @@ class SpanStore:
             facts[key] = span_facts
         # Sorted keys give concurrent PostgreSQL writers one lock order (no deadlocks).
         keys = sorted(rows)
-        ordered = [rows[key] for key in keys]
+        batch = _Batch([rows[key] for key in keys], keys, first_copy, facts, now)
         if self._count_new_rows:
-            written = await self._write_if_all_new(ordered, keys, first_copy, facts, now)
-            if written is not None:
-                return written
+            if self._write_thread is None and self._write_thread_path is not None:
+                self._write_thread = SqliteWriteThread(self._engine, self._write_thread_path)
+            if self._write_thread is not None:
+                return await self._write_thread.run(self._write_in_thread, batch)
+            try:
+                async with self._engine.begin() as conn:
+                    return await conn.run_sync(self._insert_counting, batch)
+            except _SomeStoredAlready:
+                pass
         async with self._engine.begin() as conn:
-            inserted: set[tuple[str, str]] = set()
-            page = self._span_page_rows
-            for start in range(0, len(ordered), page):
-                inserted.update(await self._insert_span_rows(conn, ordered[start : start + page]))
-            await self._update_runs(conn, inserted, first_copy, facts, now)
-        return len(inserted)
+            return await conn.run_sync(self._insert_returning, batch)
 
-    async def _write_if_all_new(
-        self,
-        ordered: list[tuple[Any, ...]],
-        keys: list[tuple[str, str]],
-        first_copy: dict[tuple[str, str], SpanRecord],
-        facts: dict[tuple[str, str], RunFacts],
-        now: int,
-    ) -> int | None:
+    async def aclose(self) -> None:
+        """Stop the SQLite write thread, if one was started (the engine is the caller's)."""
+        write_thread, self._write_thread = self._write_thread, None
+        if write_thread is not None:
+            await asyncio.to_thread(write_thread.close)
+
+    def _write_in_thread(self, batch: _Batch) -> int:
+        """SQLite, in the write thread: `_insert_counting`, else `_insert_returning`."""
+        assert self._write_thread is not None
+        engine = self._write_thread.engine
+        try:
+            with engine.begin() as conn:
+                return self._insert_counting(conn, batch)
+        except _SomeStoredAlready:
+            pass
+        with engine.begin() as conn:
+            return self._insert_returning(conn, batch)
+
+    def _insert_counting(self, conn: Connection, batch: _Batch) -> int:
         """SQLite: insert the rows without RETURNING and count them; when every one was
-        new (the usual case), update their runs and commit. None, with nothing written,
-        when some were stored already (an exporter's retry): `write_spans` then asks the
-        database which ones were new.
+        new (the usual case), update their runs. Raises `_SomeStoredAlready` when some
+        were stored already (an exporter's retry): the caller rolls back and writes the
+        batch again with `_insert_returning`.
 
         RETURNING makes SQLite hand back each row in a step of its own, and each step
-        takes the GIL back from the event loop; with the count instead, ingest on the
-        defaults stores about a quarter more spans per second (`benchmarks/reports/ingest.md`).
+        takes the GIL back from whatever thread holds it.
         """
         page = self._span_page_rows
-        try:
-            async with self._engine.begin() as conn:
-                for start in range(0, len(ordered), page):
-                    rows = ordered[start : start + page]
-                    statement = self._span_insert_sql(len(rows), returning=False)
-                    result = await conn.exec_driver_sql(
-                        statement, tuple(value for row in rows for value in row)
-                    )
-                    if result.rowcount != len(rows):
-                        raise _SomeStoredAlready
-                await self._update_runs(conn, set(keys), first_copy, facts, now)
-        except _SomeStoredAlready:
-            return None
-        return len(keys)
+        ordered = batch.rows
+        for start in range(0, len(ordered), page):
+            rows = ordered[start : start + page]
+            statement = self._span_insert_sql(len(rows), returning=False)
+            result = conn.exec_driver_sql(statement, tuple(value for row in rows for value in row))
+            if result.rowcount != len(rows):
+                raise _SomeStoredAlready
+        self._update_runs(conn, set(batch.keys), batch)
+        return len(batch.keys)
 
-    async def _update_runs(
-        self,
-        conn: AsyncConnection,
-        inserted: set[tuple[str, str]],
-        first_copy: dict[tuple[str, str], SpanRecord],
-        facts: dict[tuple[str, str], RunFacts],
-        now: int,
-    ) -> None:
+    def _insert_returning(self, conn: Connection, batch: _Batch) -> int:
+        """Insert the rows, learning from the database which ones were new, and update
+        their runs; returns how many were new."""
+        inserted: set[tuple[str, str]] = set()
+        page = self._span_page_rows
+        for start in range(0, len(batch.rows), page):
+            rows = batch.rows[start : start + page]
+            statement = self._span_insert_sql(len(rows), returning=True)
+            result = conn.exec_driver_sql(statement, tuple(value for row in rows for value in row))
+            inserted.update((str(key[0]), str(key[1])) for key in result.all())
+        self._update_runs(conn, inserted, batch)
+        return len(inserted)
+
+    def _update_runs(self, conn: Connection, inserted: set[tuple[str, str]], batch: _Batch) -> None:
         """Merge the newly stored spans into their runs (one upsert for all of them)."""
         if not inserted:
             return
         deltas: dict[str, RunDelta] = {}
         # Batch order (not key order) so "latest value wins" means latest sent.
-        for key, span in first_copy.items():
+        for key, span in batch.first_copy.items():
             if key not in inserted:
                 continue
-            span_facts = facts[key]
+            span_facts = batch.facts[key]
             if not span_facts.opens_run:
                 continue
             run_id = clean(span_facts.run_id)
@@ -211,23 +242,9 @@ class SpanStore:
                 )
             delta.add(span, is_root=span_facts.is_root, outcome=known_outcome(span_facts.outcome))
         if deltas:  # none when every new span only set an agent up
-            await conn.execute(
-                self._upsert_runs, [deltas[run_id].row(now) for run_id in sorted(deltas)]
+            conn.execute(
+                self._upsert_runs, [deltas[run_id].row(batch.now) for run_id in sorted(deltas)]
             )
-
-    async def _insert_span_rows(
-        self, conn: AsyncConnection, rows: Sequence[tuple[Any, ...]]
-    ) -> list[tuple[str, str]]:
-        """Insert one page of span rows, skipping stored ones; the keys that were new.
-
-        The rows go to the driver as they are (one multi-row INSERT): the statement is
-        written once per page size and the JSON columns are serialised already, which
-        costs a fraction of SQLAlchemy's per-row parameter processing on this hot path.
-        """
-        statement = self._span_insert_sql(len(rows), returning=True)
-        parameters = tuple(value for row in rows for value in row)
-        result = await conn.exec_driver_sql(statement, parameters)
-        return [(str(key[0]), str(key[1])) for key in cast("list[Sequence[Any]]", result.all())]
 
     def _span_insert_sql(self, n_rows: int, *, returning: bool) -> str:
         """The multi-row INSERT of `n_rows` span rows (written once per size and kind)."""

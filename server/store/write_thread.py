@@ -1,0 +1,168 @@
+"""SQLite span writes in a thread of their own, with the WAL checkpointed beside them.
+
+Through the async driver every statement of a span write is a round trip between the
+event loop and the driver's thread, and each waits for the loop, which is busy decoding
+the next requests. Here a whole write transaction (its INSERT pages, the runs' upsert,
+the commit) is one call into one thread, over a plain pysqlite connection to the same
+database file.
+
+That connection does not checkpoint the write-ahead log at commit, as SQLite does by
+default every 1,000 pages: the checkpoint (copying the log into the database file and
+syncing it) would sit in the middle of the writer's path. `WalCheckpointer` runs it in a
+thread and connection of its own after writes, in PASSIVE mode (it never blocks a writer),
+and in RESTART mode when the log passes `RESTART_PAGES` so that it starts over from the
+beginning instead of growing under a steady load. Together they take SQLite ingest on the
+defaults from about 10k to about 15k durable spans/s on a two-core machine
+(`benchmarks/reports/ingest.md`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import sqlalchemy
+from sqlalchemy import URL, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faultfinder.server.db.engine import (
+    SQLITE_BUSY_TIMEOUT_MS,
+    SQLITE_CACHED_STATEMENTS,
+    dumps_json,
+)
+
+__all__ = ["RESTART_PAGES", "SqliteWriteThread", "WalCheckpointer", "file_database"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CHECKPOINT_EVERY_S = 1.0
+"""Longest pause between two checkpoints while writes keep coming (they wake it sooner)."""
+
+RESTART_PAGES = 16_384
+"""Log pages (64 MiB at 4 KiB) past which a checkpoint waits for the writer, so that the
+log restarts from its beginning: a PASSIVE checkpoint under a steady load never catches up
+with the last commit, and the log would otherwise grow for as long as the load lasts."""
+
+
+def file_database(url: URL) -> str | None:
+    """The database file of a SQLite URL; None for an in-memory database (a second
+    connection to it would open another, empty one)."""
+    database = url.database
+    if not database or database.startswith(":memory:") or database.startswith("file::memory:"):
+        return None
+    if url.query.get("mode") == "memory":
+        return None
+    return database
+
+
+class WalCheckpointer:
+    """Checkpoints a SQLite database's write-ahead log in a thread of its own."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="faultfinder-wal-checkpoint", daemon=True
+        )
+        self.checkpoints = 0
+        """Checkpoints run (PASSIVE and RESTART)."""
+        self.restarts = 0
+        """RESTART checkpoints run because the log had grown past `RESTART_PAGES`."""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Something was committed: checkpoint soon."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Checkpoint what is left and stop (waits for the thread)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            connection = sqlite3.connect(self._path, isolation_level=None)
+        except sqlite3.Error as error:
+            log.warning("cannot open %s to checkpoint it: %s", self._path, error)
+            return
+        try:
+            connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            while True:
+                self._wake.wait(CHECKPOINT_EVERY_S)
+                self._wake.clear()
+                self._checkpoint(connection)
+                if self._stop.is_set():
+                    return
+        finally:
+            connection.close()
+
+    def _checkpoint(self, connection: sqlite3.Connection) -> None:
+        try:
+            busy, pages, _copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            self.checkpoints += 1
+            if not busy and pages > RESTART_PAGES:
+                connection.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                self.restarts += 1
+        except sqlite3.Error as error:  # locked for longer than the busy timeout, say
+            log.debug("checkpoint of %s deferred: %s", self._path, error)
+
+
+class SqliteWriteThread:
+    """One thread, one pysqlite connection and one checkpointer for the database file of
+    `source` (an async SQLite engine). The connection is set up by `source`'s own connect
+    listeners (WAL, busy timeout, and whatever else its owner added), then stops
+    checkpointing at commit."""
+
+    def __init__(self, source: AsyncEngine, path: str) -> None:
+        listeners = list(source.sync_engine.pool.dispatch.connect)
+
+        def configure(dbapi_connection: Any, record: Any) -> None:
+            for listener in listeners:
+                listener(dbapi_connection, record)
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("PRAGMA wal_autocheckpoint=0")
+            finally:
+                cursor.close()
+
+        self.engine: Engine = sqlalchemy.create_engine(
+            source.url.set(drivername="sqlite+pysqlite"),
+            json_serializer=dumps_json,
+            connect_args={
+                "check_same_thread": False,
+                "cached_statements": SQLITE_CACHED_STATEMENTS,
+            },
+            pool_size=1,
+            max_overflow=0,
+        )
+        event.listen(self.engine, "connect", configure)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="faultfinder-span-writes")
+        self.checkpointer = WalCheckpointer(path)
+        self.checkpointer.start()
+
+    async def run(self, write: Callable[..., T], *args: Any) -> T:
+        """`write(*args)` in the write thread; the checkpointer is woken afterwards,
+        whether it committed or not."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, write, *args)
+        finally:
+            self.checkpointer.wake()
+
+    def close(self) -> None:
+        """Finish the write under way, close the connection and checkpoint the rest."""
+        self._executor.shutdown(wait=True)
+        self.engine.dispose()
+        self.checkpointer.stop()
