@@ -91,6 +91,7 @@ async def measure(database_url: str, n_spans: int, batch: int, progress: Progres
         if stored != n_spans:
             raise RuntimeError(f"{name}: stored {stored} spans, expected {n_spans}")
     finally:
+        await store.aclose()
         await engine.dispose()
     return n_spans / elapsed
 

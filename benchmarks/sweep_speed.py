@@ -141,6 +141,7 @@ async def measure(
         figures.running = await store.count_runs(status=running)
         figures.due = await due_now()
     finally:
+        await store.aclose()
         await engine.dispose()
         gc.unfreeze()
     return figures

@@ -131,7 +131,9 @@ async def store(migrated_database_url: str) -> AsyncIterator[SpanStore]:
         async with engine.begin() as conn:
             for table in reversed(SQLModel.metadata.sorted_tables):
                 await conn.execute(table.delete())
-        yield SpanStore(engine)
+        store = SpanStore(engine)
+        yield store
+        await store.aclose()
     finally:
         await engine.dispose()
 

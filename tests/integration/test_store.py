@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,13 @@ from faultfinder.server.db import models  # noqa: F401  (the tables compared wit
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
-from faultfinder.server.store import InvalidCursorError, LabelStore, SpanStore, UnknownRunError
+from faultfinder.server.store import (
+    InvalidCursorError,
+    LabelStore,
+    SpanStore,
+    UnknownRunError,
+    write_thread,
+)
 
 _ids = itertools.count(1)
 SECOND = 1_000_000_000
@@ -95,6 +102,33 @@ async def test_a_stored_span_in_a_later_page_leaves_the_earlier_pages_counted_on
     assert run is not None
     assert run.n_spans == 2 + len(new)
     assert await store.count_spans() == 2 + len(new)
+
+
+async def test_the_sqlite_log_is_checkpointed_while_spans_keep_coming(
+    sqlite_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Span writes on a SQLite file do not checkpoint the write-ahead log at commit; the
+    checkpointer beside them does, so the log stays a fraction of what was written (it
+    starts over once it passes its limit) and every span is in the database."""
+    monkeypatch.setattr(write_thread, "RESTART_PAGES", 64)
+    upgrade(sqlite_database_url, show_progress=False)
+    engine = create_engine(sqlite_database_url)
+    store = SpanStore(engine)
+    log = Path(sqlite_database_url.removeprefix("sqlite+aiosqlite:///") + "-wal")
+    payload = {"payload": "x" * 4000}
+    written = largest_log = 0
+    try:
+        for n in range(60):
+            batch = [span(f"w{n}", attrs=payload) for _ in range(20)]
+            assert await store.write_spans(batch) == len(batch)
+            written += 4000 * len(batch)
+            largest_log = max(largest_log, log.stat().st_size)
+        assert await store.count_spans() == 60 * 20
+    finally:
+        await store.aclose()
+        await engine.dispose()
+    assert written > 4_000_000
+    assert largest_log < written / 3
 
 
 async def test_stored_span_reads_back_as_sent(store: SpanStore) -> None:
