@@ -31,11 +31,7 @@ from sqlalchemy import URL, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faultfinder.server.db.engine import (
-    SQLITE_BUSY_TIMEOUT_MS,
-    SQLITE_CACHED_STATEMENTS,
-    dumps_json,
-)
+from faultfinder.server.db.engine import SQLITE_CACHED_STATEMENTS, dumps_json
 
 __all__ = ["RESTART_PAGES", "SqliteWriteThread", "WalCheckpointer", "file_database"]
 
@@ -45,6 +41,11 @@ T = TypeVar("T")
 
 CHECKPOINT_EVERY_S = 1.0
 """Longest pause between two checkpoints while writes keep coming (they wake it sooner)."""
+
+CHECKPOINT_BUSY_TIMEOUT_MS = 1_000
+"""How long a checkpoint waits for readers and the writer. A RESTART checkpoint holds new
+writes back while it waits, so this bounds what it can add to an ingest request; one that
+times out is tried again after the next write."""
 
 RESTART_PAGES = 16_384
 """Log pages (64 MiB at 4 KiB) past which a checkpoint waits for the writer, so that the
@@ -99,7 +100,7 @@ class WalCheckpointer:
             log.warning("cannot open %s to checkpoint it: %s", self._path, error)
             return
         try:
-            connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_TIMEOUT_MS}")
             while True:
                 self._wake.wait(CHECKPOINT_EVERY_S)
                 self._wake.clear()
