@@ -43,14 +43,17 @@ CHECKPOINT_EVERY_S = 1.0
 """Longest pause between two checkpoints while writes keep coming (they wake it sooner)."""
 
 CHECKPOINT_BUSY_TIMEOUT_MS = 1_000
-"""How long a checkpoint waits for readers and the writer. A RESTART checkpoint holds new
-writes back while it waits, so this bounds what it can add to an ingest request; one that
-times out is tried again after the next write."""
+"""How long a RESTART checkpoint waits for readers of older log frames. It holds new writes
+back while it waits, so this bounds what it can add to an ingest request; one that times
+out is tried again after the next write."""
 
 RESTART_PAGES = 16_384
-"""Log pages (64 MiB at 4 KiB) past which a checkpoint waits for the writer, so that the
-log restarts from its beginning: a PASSIVE checkpoint under a steady load never catches up
-with the last commit, and the log would otherwise grow for as long as the load lasts."""
+"""Log pages (64 MiB at 4 KiB) past which the write thread itself runs a RESTART checkpoint
+between two writes, so that the log starts over from its beginning. Under a steady load a
+PASSIVE checkpoint never catches up with the last commit (the log only starts over when a
+write finds it all copied), and a checkpoint from another connection would have to wait
+for a gap between writes that a steady load may never leave; the log would grow for as
+long as the load lasts. Most of it has been copied by then, so the RESTART is short."""
 
 
 def file_database(url: URL) -> str | None:
@@ -75,9 +78,12 @@ class WalCheckpointer:
             target=self._run, name="faultfinder-wal-checkpoint", daemon=True
         )
         self.checkpoints = 0
-        """Checkpoints run (PASSIVE and RESTART)."""
-        self.restarts = 0
-        """RESTART checkpoints run because the log had grown past `RESTART_PAGES`."""
+        """PASSIVE checkpoints run."""
+        self.lock = threading.Lock()
+        """Held while a checkpoint runs: SQLite refuses a second one at once (busy) rather
+        than waiting for the first."""
+        self.restart_wanted = threading.Event()
+        """Set when the log has grown past `RESTART_PAGES` (the write thread restarts it)."""
 
     def start(self) -> None:
         self._thread.start()
@@ -112,11 +118,15 @@ class WalCheckpointer:
 
     def _checkpoint(self, connection: sqlite3.Connection) -> None:
         try:
-            busy, pages, _copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            # fetchall, not fetchone: a statement left unfinished keeps a read snapshot
+            # open, and the log cannot start over while anyone reads it.
+            with self.lock:
+                ((_busy, pages, _copied),) = connection.execute(
+                    "PRAGMA wal_checkpoint(PASSIVE)"
+                ).fetchall()
             self.checkpoints += 1
-            if not busy and pages > RESTART_PAGES:
-                connection.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-                self.restarts += 1
+            if pages > RESTART_PAGES:
+                self.restart_wanted.set()
         except sqlite3.Error as error:  # locked for longer than the busy timeout, say
             log.debug("checkpoint of %s deferred: %s", self._path, error)
 
@@ -153,14 +163,39 @@ class SqliteWriteThread:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="faultfinder-span-writes")
         self.checkpointer = WalCheckpointer(path)
         self.checkpointer.start()
+        self.restarts = 0
+        """RESTART checkpoints run because the log had grown past `RESTART_PAGES`."""
 
     async def run(self, write: Callable[..., T], *args: Any) -> T:
         """`write(*args)` in the write thread; the checkpointer is woken afterwards,
         whether it committed or not."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, write, *args)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._write, write, args
+            )
         finally:
             self.checkpointer.wake()
+
+    def _write(self, write: Callable[..., T], args: tuple[Any, ...]) -> T:
+        if self.checkpointer.restart_wanted.is_set():
+            self.checkpointer.restart_wanted.clear()
+            self._restart_log()
+        return write(*args)
+
+    def _restart_log(self) -> None:
+        """RESTART checkpoint on the write connection, between two writes, waiting at most
+        `CHECKPOINT_BUSY_TIMEOUT_MS` for readers (its usual busy timeout is restored)."""
+        try:
+            with self.checkpointer.lock, self.engine.connect() as conn:
+                usual = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_TIMEOUT_MS}")
+                try:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").all()
+                    self.restarts += 1
+                finally:
+                    conn.exec_driver_sql(f"PRAGMA busy_timeout={int(usual or 0)}")
+        except sqlalchemy.exc.DBAPIError as error:
+            log.debug("log restart deferred: %s", error)
 
     def close(self) -> None:
         """Finish the write under way, close the connection and checkpoint the rest."""
