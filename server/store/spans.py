@@ -19,12 +19,12 @@ Run rules kept here (the lifecycle in `server/lifecycle.py` decides status chang
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import and_, exists, func, or_, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -110,12 +110,12 @@ class SpanStore:
             raise ValueError(f"unsupported parameter style {dialect.paramstyle!r}")
         self._span_inserts: dict[tuple[int, bool], str] = {}
         self._count_new_rows = dialect.name == "sqlite"
+        """Whether `write_spans` first tries the insert that counts new rows instead of
+        returning them (SQLite; PostgreSQL returns all rows of a statement at once)."""
         self._write_thread_path = file_database(engine.url) if self._count_new_rows else None
         """The SQLite database file whose span writes go through `SqliteWriteThread`
         (started at the first write)."""
         self._write_thread: SqliteWriteThread | None = None
-        """Whether `write_spans` first tries the insert that counts new rows instead of
-        returning them (SQLite; PostgreSQL returns all rows of a statement at once)."""
         self._upsert_runs = runs_upsert(insert(RUNS), least, greatest)
 
     @property
@@ -195,12 +195,7 @@ class SpanStore:
         RETURNING makes SQLite hand back each row in a step of its own, and each step
         takes the GIL back from whatever thread holds it.
         """
-        page = self._span_page_rows
-        ordered = batch.rows
-        for start in range(0, len(ordered), page):
-            rows = ordered[start : start + page]
-            statement = self._span_insert_sql(len(rows), returning=False)
-            result = conn.exec_driver_sql(statement, tuple(value for row in rows for value in row))
+        for rows, result in self._insert_pages(conn, batch, returning=False):
             if result.rowcount != len(rows):
                 raise _SomeStoredAlready
         self._update_runs(conn, set(batch.keys), batch)
@@ -210,14 +205,23 @@ class SpanStore:
         """Insert the rows, learning from the database which ones were new, and update
         their runs; returns how many were new."""
         inserted: set[tuple[str, str]] = set()
+        for _rows, result in self._insert_pages(conn, batch, returning=True):
+            keys = cast("list[Sequence[Any]]", result.all())
+            inserted.update((str(key[0]), str(key[1])) for key in keys)
+        self._update_runs(conn, inserted, batch)
+        return len(inserted)
+
+    def _insert_pages(
+        self, conn: Connection, batch: _Batch, *, returning: bool
+    ) -> Iterator[tuple[list[tuple[Any, ...]], CursorResult[Any]]]:
+        """Insert `batch` one multi-row INSERT page at a time (stored keys are skipped),
+        yielding each page's rows and result."""
         page = self._span_page_rows
         for start in range(0, len(batch.rows), page):
             rows = batch.rows[start : start + page]
-            statement = self._span_insert_sql(len(rows), returning=True)
-            result = conn.exec_driver_sql(statement, tuple(value for row in rows for value in row))
-            inserted.update((str(key[0]), str(key[1])) for key in result.all())
-        self._update_runs(conn, inserted, batch)
-        return len(inserted)
+            statement = self._span_insert_sql(len(rows), returning=returning)
+            parameters = tuple(value for row in rows for value in row)
+            yield rows, conn.exec_driver_sql(statement, parameters)
 
     def _update_runs(self, conn: Connection, inserted: set[tuple[str, str]], batch: _Batch) -> None:
         """Merge the newly stored spans into their runs (one upsert for all of them)."""

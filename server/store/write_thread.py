@@ -9,11 +9,12 @@ database file.
 That connection does not checkpoint the write-ahead log at commit, as SQLite does by
 default every 1,000 pages: the checkpoint (copying the log into the database file and
 syncing it) would sit in the middle of the writer's path. `WalCheckpointer` runs it in a
-thread and connection of its own after writes, in PASSIVE mode (it never blocks a writer),
-and in RESTART mode when the log passes `RESTART_PAGES` so that it starts over from the
-beginning instead of growing under a steady load. Together they took SQLite ingest on
-the defaults from 10.7-13.1k to 13.1-19.0k durable spans/s on a two-core machine, and
-the p99 at 7,500 spans/s offered from 26-59 ms to 13-15 ms (`benchmarks/reports/ingest.md`).
+thread and connection of its own after writes, in PASSIVE mode (it never blocks a writer);
+once the log passes `RESTART_PAGES` the write thread runs one RESTART checkpoint between
+two writes, so that the log starts over instead of growing under a steady load. Together
+they took SQLite ingest on the defaults from 10.7-13.1k to 13.1-19.0k durable spans/s on
+a two-core machine, and the p99 at 7,500 spans/s offered from 26-59 ms to 13-15 ms
+(`benchmarks/reports/ingest.md`).
 """
 
 from __future__ import annotations
@@ -57,12 +58,13 @@ long as the load lasts. Most of it has been copied by then, so the RESTART is sh
 
 
 def file_database(url: URL) -> str | None:
-    """The database file of a SQLite URL; None for an in-memory database (a second
-    connection to it would open another, empty one)."""
+    """The database file of a SQLite URL given as a plain path; None for an in-memory
+    database (a second connection to it would open another, empty one) and for a `file:`
+    URI (`?uri=true`), which the store then writes through its async engine as before."""
     database = url.database
-    if not database or database.startswith(":memory:") or database.startswith("file::memory:"):
+    if not database or database.startswith((":memory:", "file:")):
         return None
-    if url.query.get("mode") == "memory":
+    if {"uri", "mode"} & set(url.query):
         return None
     return database
 
@@ -77,8 +79,6 @@ class WalCheckpointer:
         self._thread = threading.Thread(
             target=self._run, name="faultfinder-wal-checkpoint", daemon=True
         )
-        self.checkpoints = 0
-        """PASSIVE checkpoints run."""
         self.lock = threading.Lock()
         """Held while a checkpoint runs: SQLite refuses a second one at once (busy) rather
         than waiting for the first."""
@@ -124,7 +124,6 @@ class WalCheckpointer:
                 ((_busy, pages, _copied),) = connection.execute(
                     "PRAGMA wal_checkpoint(PASSIVE)"
                 ).fetchall()
-            self.checkpoints += 1
             if pages > RESTART_PAGES:
                 self.restart_wanted.set()
         except sqlite3.Error as error:  # locked for longer than the busy timeout, say
@@ -163,8 +162,6 @@ class SqliteWriteThread:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="faultfinder-span-writes")
         self.checkpointer = WalCheckpointer(path)
         self.checkpointer.start()
-        self.restarts = 0
-        """RESTART checkpoints run because the log had grown past `RESTART_PAGES`."""
 
     async def run(self, write: Callable[..., T], *args: Any) -> T:
         """`write(*args)` in the write thread; the checkpointer is woken afterwards,
@@ -191,7 +188,6 @@ class SqliteWriteThread:
                 conn.exec_driver_sql(f"PRAGMA busy_timeout={CHECKPOINT_BUSY_TIMEOUT_MS}")
                 try:
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").all()
-                    self.restarts += 1
                 finally:
                     conn.exec_driver_sql(f"PRAGMA busy_timeout={int(usual or 0)}")
         except sqlalchemy.exc.DBAPIError as error:
