@@ -1,0 +1,116 @@
+"""A LlamaIndex returns desk: a custom Workflow of two steps, each run by its own
+FunctionAgent. The Clerk looks the question up with the shop's JSON tools and writes a
+note for the Cashier; the Cashier, who sees only the question and that note, answers it
+(with the calculator for any arithmetic). Unlike `llamaindex_shop.py`, where the Clerk
+may answer alone, every run has both agents, so a flaw can sit in the Clerk's lookup, in
+its note or in the Cashier's answer. Traced by openinference-instrumentation-llama-index.
+
+    echo "What did the Desk Lamp in order #W4817420 cost?" | python llamaindex_desk.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from corpus_tools import MAX_TOKENS, answer_line, calculate, read_task
+from corpus_tracing import tracer_provider
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.tools import FunctionTool
+from llama_index.core.workflow import Event, StartEvent, StopEvent, Workflow, step
+from llama_index.llms.openai_like import OpenAILike
+from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+from shop_tools import customer_orders, order_details, product_variants
+
+CLERK = (
+    "You are the Clerk of an online shop. Look up the orders, customers or products the "
+    'question names with the tools, for example {"name": "order_details", "arguments": '
+    '{"order_id": "#W2611340"}}. Then write a short note for the Cashier with the exact '
+    "names, ids and prices from the tool results that the question needs. Do not answer "
+    "the question yourself."
+)
+CASHIER = (
+    "You are the Cashier of an online shop. Answer the customer's question from the "
+    "figures in the Clerk's note. Use the calculate tool for any arithmetic. End with one "
+    "line that holds only the answer."
+)
+
+
+class Handover(Event):
+    """The Clerk's note, passed to the Cashier with the question."""
+
+    task: str
+    note: str
+
+
+class ReturnsDesk(Workflow):
+    """Clerk, then Cashier: one step each."""
+
+    def __init__(self, clerk: FunctionAgent, cashier: FunctionAgent) -> None:
+        super().__init__(timeout=900)
+        self.clerk = clerk
+        self.cashier = cashier
+
+    @step
+    async def look_up(self, ev: StartEvent) -> Handover:
+        note = await self.clerk.run(user_msg=ev.task, max_iterations=8)
+        return Handover(task=ev.task, note=str(note))
+
+    @step
+    async def answer(self, ev: Handover) -> StopEvent:
+        brief = f"Customer's question: {ev.task}\n\nClerk's note: {ev.note}"
+        reply = await self.cashier.run(user_msg=brief, max_iterations=8)
+        return StopEvent(result=str(reply))
+
+
+def desk() -> ReturnsDesk:
+    model = OpenAILike(
+        model=os.environ.get("FAULTFINDER_AGENT_MODEL", "local"),
+        api_base=os.environ["OPENAI_BASE_URL"],
+        api_key=os.environ.get("OPENAI_API_KEY", "none"),
+        is_chat_model=True,
+        is_function_calling_model=True,
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        max_retries=0,
+        timeout=600,
+    )
+    clerk = FunctionAgent(
+        name="Clerk",
+        description="Looks up orders, customers and products.",
+        system_prompt=CLERK,
+        tools=[
+            FunctionTool.from_defaults(order_details),
+            FunctionTool.from_defaults(customer_orders),
+            FunctionTool.from_defaults(product_variants),
+        ],
+        llm=model,
+    )
+    cashier = FunctionAgent(
+        name="Cashier",
+        description="Answers from the Clerk's note, with the calculator.",
+        system_prompt=CASHIER,
+        tools=[FunctionTool.from_defaults(calculate)],
+        llm=model,
+    )
+    return ReturnsDesk(clerk, cashier)
+
+
+def main() -> int:
+    task = read_task()
+    provider = tracer_provider("corpus-llamaindex-desk")
+    LlamaIndexInstrumentor().instrument(tracer_provider=provider)
+    try:
+
+        async def run() -> object:
+            return await desk().run(task=task)
+
+        print(answer_line(str(asyncio.run(run()))))
+    finally:
+        provider.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
