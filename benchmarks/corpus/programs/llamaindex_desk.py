@@ -11,17 +11,15 @@ its note or in the Cashier's answer. Traced by openinference-instrumentation-lla
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
-from corpus_tools import MAX_TOKENS, answer_line, calculate, read_task
+from corpus_tools import answer_line, calculate, read_task
 from corpus_tracing import tracer_provider
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Event, StartEvent, StopEvent, Workflow, step
-from llama_index.llms.openai_like import OpenAILike
+from llamaindex_parts import agent_model, clerk_tools
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
-from shop_tools import customer_orders, order_details, product_variants
 
 CLERK = (
     "You are the Clerk of an online shop. Look up the orders, customers or products the "
@@ -65,26 +63,12 @@ class ReturnsDesk(Workflow):
 
 
 def desk() -> ReturnsDesk:
-    model = OpenAILike(
-        model=os.environ.get("FAULTFINDER_AGENT_MODEL", "local"),
-        api_base=os.environ["OPENAI_BASE_URL"],
-        api_key=os.environ.get("OPENAI_API_KEY", "none"),
-        is_chat_model=True,
-        is_function_calling_model=True,
-        temperature=0,
-        max_tokens=MAX_TOKENS,
-        max_retries=0,
-        timeout=600,
-    )
+    model = agent_model()
     clerk = FunctionAgent(
         name="Clerk",
         description="Looks up orders, customers and products.",
         system_prompt=CLERK,
-        tools=[
-            FunctionTool.from_defaults(order_details),
-            FunctionTool.from_defaults(customer_orders),
-            FunctionTool.from_defaults(product_variants),
-        ],
+        tools=clerk_tools(),
         llm=model,
     )
     cashier = FunctionAgent(

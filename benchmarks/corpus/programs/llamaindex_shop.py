@@ -8,16 +8,14 @@ with the calculator for any arithmetic; traced by openinference-instrumentation-
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 
-from corpus_tools import MAX_TOKENS, answer_line, calculate, read_task
+from corpus_tools import answer_line, calculate, read_task
 from corpus_tracing import tracer_provider
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
 from llama_index.core.tools import FunctionTool
-from llama_index.llms.openai_like import OpenAILike
+from llamaindex_parts import agent_model, clerk_tools
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
-from shop_tools import customer_orders, order_details, product_variants
 
 CLERK = (
     "You are the Clerk of an online shop. Look up the orders, customers or products the "
@@ -32,26 +30,12 @@ CASHIER = (
 
 
 def workflow() -> AgentWorkflow:
-    model = OpenAILike(
-        model=os.environ.get("FAULTFINDER_AGENT_MODEL", "local"),
-        api_base=os.environ["OPENAI_BASE_URL"],
-        api_key=os.environ.get("OPENAI_API_KEY", "none"),
-        is_chat_model=True,
-        is_function_calling_model=True,
-        temperature=0,
-        max_tokens=MAX_TOKENS,
-        max_retries=0,
-        timeout=600,
-    )
+    model = agent_model()
     clerk = FunctionAgent(
         name="Clerk",
         description="Looks up orders, customers and products.",
         system_prompt=CLERK,
-        tools=[
-            FunctionTool.from_defaults(order_details),
-            FunctionTool.from_defaults(customer_orders),
-            FunctionTool.from_defaults(product_variants),
-        ],
+        tools=clerk_tools(),
         llm=model,
         can_handoff_to=["Cashier"],
     )
