@@ -167,14 +167,14 @@ class AttributionService:
     async def trajectory_of(self, job: Job) -> Trajectory | None:
         """The trajectory a job is about (assembled from the run's spans, or posted)."""
         if job.run_id is not None:
-            spans = await self._store.run_spans(job.run_id)
-            if not spans:
-                return None
+            run_id = job.run_id
             # What was posted for the run (a grader's ground truth) reaches the attributor.
-            # Assembled in a worker thread: a large run takes seconds to assemble, which
-            # on the event loop would stall ingest for as long.
-            row = await self._store.get_run(job.run_id)
-            return await anyio.to_thread.run_sync(run_trajectory, job.run_id, spans, row)
+            row = await self._store.get_run(run_id)
+            # Assembled off the event loop: a large run takes seconds to assemble, which
+            # on the loop would stall ingest for as long.
+            return await self._store.with_run_spans(
+                run_id, lambda spans: run_trajectory(run_id, spans, row) if spans else None
+            )
         if job.payload and "trajectory" in job.payload:
             return Trajectory.model_validate(job.payload["trajectory"])
         return None

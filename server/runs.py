@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections import Counter, defaultdict
@@ -68,6 +69,10 @@ def label_out(label: Label) -> LabelOut:
     )
 
 
+SUMMARIES_AT_ONCE = 8
+"""Runs of a listing summarised at once (each may hold its assembled trajectory)."""
+
+
 class RunService:
     """What the API and the dashboard do with runs."""
 
@@ -131,7 +136,7 @@ class RunService:
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
-        rows, next_cursor = await self._store.list_runs(
+        rows, next_cursor, attributions = await self._store.list_runs_with_attributions(
             status=status,
             project=project,
             limit=limit,
@@ -140,8 +145,15 @@ class RunService:
             since_ns=int(since * 1e9) if since is not None else None,
             until_ns=int(until * 1e9) if until is not None else None,
         )
-        attributions = await self._store.attributions_by_run(row.id for row in rows)
-        items = [await self._summary(row, attributions.get(row.id, [])) for row in rows]
+        # Several at once: a summary may read and assemble its run (off the event loop),
+        # and one after the other each would wait for a busy loop again.
+        at_once = asyncio.Semaphore(SUMMARIES_AT_ONCE)
+
+        async def summary(row: RunRow) -> RunSummary:
+            async with at_once:
+                return await self._summary(row, attributions.get(row.id, []))
+
+        items = await asyncio.gather(*(summary(row) for row in rows))
         return RunPage(items=items, next_cursor=next_cursor)
 
     async def get_run(

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import anyio.to_thread
-
 from faultfinder.attributors.model import Trajectory
 from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.otlp.model import SpanRecord
@@ -47,8 +45,7 @@ def run_trajectory(run_id: str, spans: Sequence[SpanRecord], row: RunRow | None)
 
 
 async def load_trajectory(store: SpanStore, row: RunRow) -> Trajectory:
-    """`run_trajectory` of a stored run, reading its spans. Assembled in a worker thread:
-    a run of `max_spans_per_run` spans takes seconds to assemble, which on the event loop
-    would stall ingest and every other request for as long."""
-    spans = await store.run_spans(row.id)
-    return await anyio.to_thread.run_sync(run_trajectory, row.id, spans, row)
+    """`run_trajectory` of a stored run, reading its spans. Assembled off the event loop
+    (`SpanStore.with_run_spans`): a run of `max_spans_per_run` spans takes seconds to
+    assemble, which on the loop would stall ingest and every other request for as long."""
+    return await store.with_run_spans(row.id, lambda spans: run_trajectory(row.id, spans, row))

@@ -19,11 +19,11 @@ Run rules kept here (the lifecycle in `server/lifecycle.py` decides status chang
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy import Select, and_, exists, func, or_, select, update
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -35,6 +35,7 @@ from faultfinder.server.otlp.mapping import RunFacts, run_facts
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import settle
 from faultfinder.server.store.attributions import insert_attribution, ok_attributions
+from faultfinder.server.store.read_threads import SqliteReadThreads
 from faultfinder.server.store.rows import (
     SPAN_ROW_COLUMNS,
     RunRow,
@@ -57,6 +58,8 @@ from faultfinder.server.store.write_thread import SqliteWriteThread, file_databa
 from faultfinder.server.store.writes import RunDelta, known_outcome, runs_upsert
 
 __all__ = ["SpanStore"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,9 @@ class SpanStore:
         """The SQLite database file whose span writes go through `SqliteWriteThread`
         (started at the first write)."""
         self._write_thread: SqliteWriteThread | None = None
+        self._reads_path = file_database(engine.url) if dialect.name == "sqlite" else None
+        """The SQLite database file read through `SqliteReadThreads` (from the first read)."""
+        self._reads: SqliteReadThreads | None = None
         self._upsert_runs = runs_upsert(insert(RUNS), least, greatest)
 
     @property
@@ -169,10 +175,13 @@ class SpanStore:
             return await conn.run_sync(self._insert_returning, batch)
 
     async def aclose(self) -> None:
-        """Stop the SQLite write thread, if one was started (the engine is the caller's)."""
+        """Stop the SQLite write and read threads, if started (the engine is the caller's)."""
         write_thread, self._write_thread = self._write_thread, None
         if write_thread is not None:
             await asyncio.to_thread(write_thread.close)
+        reads, self._reads = self._reads, None
+        if reads is not None:
+            await asyncio.to_thread(reads.close)
 
     def _write_in_thread(self, batch: _Batch) -> int:
         """SQLite, in the write thread: `_insert_counting`, else `_insert_returning`."""
@@ -372,9 +381,17 @@ class SpanStore:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def run_spans(self, run_id: str) -> list[SpanRecord]:
-        """The stored spans of a run, in start order: all of them, or the earliest
-        `max_spans_per_run`."""
+    async def _read(self, read: Callable[[Connection], T]) -> T:
+        """`read(connection)`, which fetches all it returns: on a SQLite file in one call
+        to a read thread (`SqliteReadThreads`), else on a connection of the engine."""
+        if self._reads_path is not None:
+            if self._reads is None:
+                self._reads = SqliteReadThreads(self._engine)
+            return await self._reads.run(read)
+        async with self._engine.connect() as conn:
+            return await conn.run_sync(read)
+
+    def _run_spans_statement(self, run_id: str) -> Select[Any]:
         statement = (
             select(SPANS)
             .where(SPANS.c.run_id == run_id)
@@ -382,9 +399,23 @@ class SpanStore:
         )
         if self.max_spans_per_run is not None:
             statement = statement.limit(self.max_spans_per_run)
-        async with self._engine.connect() as conn:
-            result = await conn.execute(statement)
-            return [span_record(row) for row in result]
+        return statement
+
+    async def run_spans(self, run_id: str) -> list[SpanRecord]:
+        """The stored spans of a run, in start order: all of them, or the earliest
+        `max_spans_per_run`."""
+        statement = self._run_spans_statement(run_id)
+        return await self._read(lambda conn: [span_record(row) for row in conn.execute(statement)])
+
+    async def with_run_spans(self, run_id: str, then: Callable[[list[SpanRecord]], T]) -> T:
+        """`then(run_spans(run_id))`, computed off the event loop: on a SQLite file in the
+        read thread that read the spans (one trip), else in a worker thread."""
+        statement = self._run_spans_statement(run_id)
+        if self._reads_path is not None:
+            return await self._read(
+                lambda conn: then([span_record(row) for row in conn.execute(statement)])
+            )
+        return await asyncio.to_thread(then, await self.run_spans(run_id))
 
     async def spans_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[SpanRecord]]:
         """The stored spans of several runs in one query (unordered within a run, at most
@@ -405,8 +436,8 @@ class SpanStore:
         return spans
 
     async def get_run(self, run_id: str) -> RunRow | None:
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(select(RUNS).where(RUNS.c.id == run_id))).first()
+        statement = select(RUNS).where(RUNS.c.id == run_id)
+        row = await self._read(lambda conn: conn.execute(statement).first())
         return None if row is None else RunRow.from_row(row)
 
     async def list_runs(
@@ -430,40 +461,49 @@ class SpanStore:
         walk through all pages returns each run at most once and every older run once.
         Raises InvalidCursorError for a cursor this method did not return.
         """
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, not {limit}")
-        statement = select(RUNS).order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc())
-        if status is not None:
-            statement = statement.where(RUNS.c.status == status)
-        if project is not None:
-            statement = statement.where(RUNS.c.project == project)
-        if blamed_agent is not None:
-            statement = statement.where(
-                exists().where(
-                    ATTRIBUTIONS.c.run_id == RUNS.c.id,
-                    ATTRIBUTIONS.c.status == "ok",
-                    func.lower(ATTRIBUTIONS.c.agent) == blamed_agent.lower(),
-                )
-            )
-        if since_ns is not None:
-            statement = statement.where(RUNS.c.started_at >= since_ns)
-        if until_ns is not None:
-            statement = statement.where(RUNS.c.started_at < until_ns)
-        if cursor is not None:
-            created_at, run_id = decode_cursor(cursor)
-            statement = statement.where(
-                or_(
-                    RUNS.c.created_at < created_at,
-                    and_(RUNS.c.created_at == created_at, RUNS.c.id < run_id),
-                )
-            )
-        async with self._engine.connect() as conn:
-            result = await conn.execute(statement.limit(limit + 1))
-            runs = [RunRow.from_row(row) for row in result]
-        if len(runs) <= limit:
-            return runs, None
-        page = runs[:limit]
-        return page, encode_cursor(page[-1])
+        statement = _listing(
+            status=status,
+            project=project,
+            limit=limit,
+            cursor=cursor,
+            blamed_agent=blamed_agent,
+            since_ns=since_ns,
+            until_ns=until_ns,
+        )
+        runs = await self._read(
+            lambda conn: [RunRow.from_row(row) for row in conn.execute(statement)]
+        )
+        return _page(runs, limit)
+
+    async def list_runs_with_attributions(
+        self,
+        *,
+        status: str | None = None,
+        project: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        blamed_agent: str | None = None,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+    ) -> tuple[list[RunRow], str | None, dict[str, list[Attribution]]]:
+        """`list_runs` and `attributions_by_run` of its page, in one read."""
+        statement = _listing(
+            status=status,
+            project=project,
+            limit=limit,
+            cursor=cursor,
+            blamed_agent=blamed_agent,
+            since_ns=since_ns,
+            until_ns=until_ns,
+        )
+
+        def read(conn: Connection) -> tuple[list[RunRow], dict[str, list[Attribution]]]:
+            runs = [RunRow.from_row(row) for row in conn.execute(statement)]
+            return runs, _attributions(conn, [run.id for run in runs[:limit]])
+
+        runs, attributions = await self._read(read)
+        page, next_cursor = _page(runs, limit)
+        return page, next_cursor, attributions
 
     async def count_runs(self, *, status: str | None = None, quiet_since: int | None = None) -> int:
         """How many runs are in `status`; with `quiet_since` (Unix ns), only those whose
@@ -503,16 +543,7 @@ class SpanStore:
         ids = list(dict.fromkeys(run_ids))
         if not ids:
             return {}
-        statement = (
-            select(ATTRIBUTIONS.c.run_id, ATTRIBUTIONS.c.payload)
-            .where(ATTRIBUTIONS.c.run_id.in_(ids))
-            .order_by(ATTRIBUTIONS.c.id)
-        )
-        found: dict[str, list[Attribution]] = {}
-        async with self._engine.connect() as conn:
-            for row in await conn.execute(statement):
-                found.setdefault(row.run_id, []).append(Attribution.model_validate(row.payload))
-        return found
+        return await self._read(lambda conn: _attributions(conn, ids))
 
     async def ok_attributions(
         self, *, since_ns: int | None = None
@@ -537,3 +568,67 @@ class SpanStore:
         return await settle.finish_checked(
             self._engine, run_id, status, quiet_since=quiet_since, now=now
         )
+
+
+def _listing(
+    *,
+    status: str | None,
+    project: str | None,
+    limit: int,
+    cursor: str | None,
+    blamed_agent: str | None,
+    since_ns: int | None,
+    until_ns: int | None,
+) -> Select[Any]:
+    """The query of `SpanStore.list_runs`: its page and one run more (is there a next?)."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    statement = select(RUNS).order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc())
+    if status is not None:
+        statement = statement.where(RUNS.c.status == status)
+    if project is not None:
+        statement = statement.where(RUNS.c.project == project)
+    if blamed_agent is not None:
+        statement = statement.where(
+            exists().where(
+                ATTRIBUTIONS.c.run_id == RUNS.c.id,
+                ATTRIBUTIONS.c.status == "ok",
+                func.lower(ATTRIBUTIONS.c.agent) == blamed_agent.lower(),
+            )
+        )
+    if since_ns is not None:
+        statement = statement.where(RUNS.c.started_at >= since_ns)
+    if until_ns is not None:
+        statement = statement.where(RUNS.c.started_at < until_ns)
+    if cursor is not None:
+        created_at, run_id = decode_cursor(cursor)
+        statement = statement.where(
+            or_(
+                RUNS.c.created_at < created_at,
+                and_(RUNS.c.created_at == created_at, RUNS.c.id < run_id),
+            )
+        )
+    return statement.limit(limit + 1)
+
+
+def _page(runs: list[RunRow], limit: int) -> tuple[list[RunRow], str | None]:
+    """The page of `_listing`'s rows, and the cursor of the next (None after the last)."""
+    if len(runs) <= limit:
+        return runs, None
+    page = runs[:limit]
+    return page, encode_cursor(page[-1])
+
+
+def _attributions(conn: Connection, run_ids: Sequence[str]) -> dict[str, list[Attribution]]:
+    """Attributions of these runs, oldest first."""
+    if not run_ids:
+        return {}
+    statement = (
+        select(ATTRIBUTIONS.c.run_id, ATTRIBUTIONS.c.payload)
+        .where(ATTRIBUTIONS.c.run_id.in_(list(run_ids)))
+        .order_by(ATTRIBUTIONS.c.id)
+    )
+    found: dict[str, list[Attribution]] = {}
+    for row in conn.execute(statement):
+        found.setdefault(row.run_id, []).append(Attribution.model_validate(row.payload))
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,38 @@ async def test_the_sqlite_log_is_checkpointed_while_spans_keep_coming(
         await engine.dispose()
     assert written > 4_000_000
     assert largest_log < written / 3
+
+
+async def test_sqlite_file_reads_see_each_write_at_once_and_never_wait_for_a_writer(
+    sqlite_database_url: str,
+) -> None:
+    """On a SQLite file the API's reads run in threads of their own, beside the span
+    writes' thread: a run is read whole as soon as its write returns; while another
+    connection holds the write lock (a long sweep, say), reads answer at once rather
+    than after the busy timeout; closing the store stops those threads."""
+    upgrade(sqlite_database_url, show_progress=False)
+    engine = create_engine(sqlite_database_url)
+    store = SpanStore(engine)
+    runs = [trace_id(f"rr{n}") for n in range(3)]
+    try:
+        for n, run_id in enumerate(runs):
+            root = span(f"rr{n}")
+            children = [span(f"rr{n}", parent=root.span_id, start=i) for i in range(1, 4)]
+            assert await store.write_spans([root, *children]) == 4
+            run = await store.get_run(run_id)
+            assert run is not None and run.n_spans == 4
+            assert len(await store.run_spans(run_id)) == 4
+        async with engine.begin() as writer:
+            await writer.execute(text("UPDATE runs SET needs_sweep = needs_sweep"))
+            # The write lock is held until this block ends; the busy timeout is 10 s.
+            listed, _ = await asyncio.wait_for(store.list_runs(limit=10), timeout=5)
+            assert {run.id for run in listed} == set(runs)
+            spans = await asyncio.wait_for(store.run_spans(runs[0]), timeout=5)
+            assert len(spans) == 4
+    finally:
+        await store.aclose()
+        await engine.dispose()
+    assert not [t for t in threading.enumerate() if t.name.startswith("faultfinder-reads")]
 
 
 async def test_stored_span_reads_back_as_sent(store: SpanStore) -> None:

@@ -1,0 +1,81 @@
+"""SQLite reads of the API, each whole in one call to a thread of their own.
+
+Through the async driver every step of a read (taking a connection, executing, each
+fetch, closing the cursor, ending the transaction) is a round trip between the event loop
+and the driver's thread, and each waits for the loop. When ingest keeps the loop busy,
+every one of those trips waits behind the requests queued on it: under a pinned 2×
+overload the spans of an 11-span run took up to 1.9 s to read. Here the whole read is one
+call into a thread, over a plain pysqlite connection to the same database file: it waits
+for the loop once, when it is done. Readers never wait for the span writes (WAL), and
+these connections refuse to write. With the listing's reads joined and its runs
+summarised at once (`RunService.list_runs`), `GET /api/runs` under that overload went
+from p50 432-450 ms / p99 3.5-4.9 s to 257-348 ms / 1.4-1.9 s
+(`benchmarks/reports/ingest.md`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import orjson
+import sqlalchemy
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from faultfinder.server.db.engine import SQLITE_CACHED_STATEMENTS, dumps_json
+
+__all__ = ["READ_THREADS", "SqliteReadThreads"]
+
+T = TypeVar("T")
+
+READ_THREADS = 4
+"""Reads at once: one long read (a run of many thousand spans) leaves others a thread."""
+
+
+class SqliteReadThreads:
+    """`READ_THREADS` threads, each with its own pysqlite connection to the database file
+    of `source` (an async SQLite engine), set up by `source`'s own connect listeners (WAL,
+    busy timeout, …) and then made read-only (`PRAGMA query_only`)."""
+
+    def __init__(self, source: AsyncEngine, threads: int = READ_THREADS) -> None:
+        listeners = list(source.sync_engine.pool.dispatch.connect)
+
+        def configure(dbapi_connection: Any, record: Any) -> None:
+            for listener in listeners:
+                listener(dbapi_connection, record)
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("PRAGMA query_only=1")
+            finally:
+                cursor.close()
+
+        self.engine: Engine = sqlalchemy.create_engine(
+            source.url.set(drivername="sqlite+pysqlite"),
+            json_serializer=dumps_json,
+            json_deserializer=orjson.loads,
+            connect_args={
+                "check_same_thread": False,
+                "cached_statements": SQLITE_CACHED_STATEMENTS,
+            },
+            pool_size=threads,
+            max_overflow=0,
+        )
+        event.listen(self.engine, "connect", configure)
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="faultfinder-reads")
+
+    async def run(self, read: Callable[[Connection], T]) -> T:
+        """`read(connection)` in a read thread; it must fetch everything it returns."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._read, read)
+
+    def _read(self, read: Callable[[Connection], T]) -> T:
+        with self.engine.connect() as conn:
+            return read(conn)
+
+    def close(self) -> None:
+        """Finish the reads under way and close the connections."""
+        self._executor.shutdown(wait=True)
+        self.engine.dispose()
