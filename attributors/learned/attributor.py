@@ -21,9 +21,12 @@ from faultfinder.attributors.learned.blame import (
 from faultfinder.attributors.learned.evidence import (
     DECISIVE,
     DECISIVE_STRENGTH,
+    HANDED_ON,
+    HANDED_ON_NOTHING,
     RELAYED,
     STRONG,
     Evidence,
+    is_tool_answer,
     step_evidence,
     strongest,
 )
@@ -224,7 +227,8 @@ def _evidence_first(
     step carrying it leads over a top step whose own evidence is weaker (what the later
     step got wrong began where the run's own records were first misstated)."""
     top = order[0]
-    own = [item for item in evidence[top] if item.kind not in RELAYED]
+    # A figure-less handover is weighed by `_withheld_first`, not as the step's own.
+    own = [item for item in evidence[top] if item.kind not in RELAYED | HANDED_ON_NOTHING]
     proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
     if not own and proven:
         return [proven[0], *(i for i in order if i != proven[0])], top
@@ -247,14 +251,18 @@ def _withheld_first(
 ) -> tuple[list[int], int | None]:
     """The ranking with the cause of a figure-less handover first: when the leading step
     belongs to the agent that took over right after a turn that passed on none of the
-    figures its own tools had returned (`withheld-figures`), what that agent then said,
-    made up or gave up on followed from what it was not given, and the withholding turn
-    leads (the former leader is returned as overruled)."""
+    figures its own tools had returned (`withheld-figures`), or that left the run to it
+    before anything was looked up (`handed-on-nothing`, and no tool answered between the
+    two), what that agent then said, made up or gave up on followed from what it was not
+    given, and the handing-on turn leads (the former leader is returned as overruled)."""
     top = order[0]
     for relay in range(top - 1, -1, -1):
-        if relay not in order or not any(e.kind == "withheld-figures" for e in evidence[relay]):
+        kinds = {e.kind for e in evidence[relay]} & HANDED_ON
+        if relay not in order or not kinds:
             continue
         others = range(relay + 1, top + 1)
+        if kinds == {"handed-on-nothing"} and any(is_tool_answer(steps[j]) for j in others):
+            return order, None
         giver = steps[relay].agent
         receiver = next((j for j in others if acting[j] and steps[j].agent != giver), None)
         if receiver is not None and steps[receiver].agent == steps[top].agent:

@@ -5,7 +5,8 @@ states right after a tool reported other figures, the first statement of a final
 nothing observed supports, a figure no observation holds, a tool error after an agent's
 call, a figure contradicting the correct answer, the first time an agent repeats a tool
 call whose answer it already has, a turn that passes on none of the figures its own
-tools just returned, a superlative ("the cheapest is X") that the records a tool returned
+tools just returned, an opening turn that leaves the run to others before anything was
+looked up, a superlative ("the cheapest is X") that the records a tool returned
 contradict or a figure of one record given to another, repetition, invented data, giving
 up.
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
@@ -30,9 +31,12 @@ from faultfinder.attributors.provenance import tool_calls
 __all__ = [
     "DECISIVE",
     "DECISIVE_STRENGTH",
+    "HANDED_ON",
+    "HANDED_ON_NOTHING",
     "RELAYED",
     "STRONG",
     "Evidence",
+    "is_tool_answer",
     "step_evidence",
     "strongest",
 ]
@@ -52,6 +56,13 @@ DECISIVE_STRENGTH = 0.9
 
 RELAYED = frozenset({"repeats-unsupported-figure"})
 """Evidence that a step passed on someone else's error: it points at the origin."""
+
+HANDED_ON_NOTHING = frozenset({"handed-on-nothing"})
+"""A turn that left the run to others before anything was looked up: weighed only against
+what the next agent then made up (`_withheld_first`), never as the turn's own evidence."""
+HANDED_ON = frozenset({"withheld-figures", *HANDED_ON_NOTHING})
+"""Evidence that a turn left the next agent without the figures it needed: what that
+agent then made up or failed at points back at the turn."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +122,65 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
                 if error.step != i:
                     # The report shows the error too (it answers to the agent that acted).
                     found[i].append(Evidence(i, "shows-error", error.strength, error.text))
+    for item in _handed_on_nothing(trajectory, features, found):
+        found[item.step].append(item)
     for items in found:
         items.sort(key=lambda item: -item.strength)
     return found
+
+
+_MADE_UP = frozenset(
+    {"unsupported-figure", "unsupported-argument", "made-up-final-answer", "error", "tool-error"}
+)
+"""What an agent given nothing to work with shows: figures or arguments nothing observed
+supports, or an error."""
+
+
+def _handed_on_nothing(
+    trajectory: Trajectory, features: RunFeatures, found: Sequence[Sequence[Evidence]]
+) -> list[Evidence]:
+    """The run's opening turn, when with it its agent left the run to others before
+    anything was looked up: no tool had answered, the turn calls no tool (a delegation
+    does hand the work on) and states no figure of its own, its agent never acts again,
+    and another agent then made something up or failed (`_MADE_UP`) before any tool
+    answered it. What that agent did followed from being given nothing (`HANDED_ON`).
+
+    Not in a group chat whose tool reports are a shared terminal's (no tool named): there
+    the opening message sets the task for the group, and what was looked up is not one
+    agent's to hand on (as for `withheld-figures`)."""
+    steps = trajectory.steps
+    facts = features.scanner.facts
+    acting = [i for i, fact in enumerate(facts) if fact.acting]
+    if not acting or any(step.kind is StepKind.TOOL and not step.tool_name for step in steps):
+        return []
+    first = acting[0]
+    step = steps[first]
+    value = features.scanner.values[first]
+    if (
+        any(is_tool_answer(earlier) for earlier in steps[:first])
+        or step.kind is StepKind.HANDOFF
+        or tool_calls(step)
+        or value.introduced
+        or value.contradicts
+        or any(steps[i].agent == step.agent for i in acting[1:])
+    ):
+        return []
+    for j in range(first + 1, len(steps)):
+        if is_tool_answer(steps[j]):
+            return []
+        if facts[j].acting and any(item.kind in _MADE_UP for item in found[j]):
+            text = (
+                f"{step.agent} handed the run on to {steps[j].agent} before anything was"
+                " looked up: it called no tool, gave no figure of its own and did not act"
+                " again"
+            )
+            return [Evidence(first, "handed-on-nothing", 0.5, text)]
+    return []
+
+
+def is_tool_answer(step: Step) -> bool:
+    """Whether a step is a tool's answer."""
+    return step.kind is StepKind.TOOL or bool(step.tool_result)
 
 
 def _value_evidence(trajectory: Trajectory, features: RunFeatures, i: int) -> list[Evidence]:

@@ -238,3 +238,67 @@ def test_a_turn_that_passes_on_none_of_its_tools_figures_is_named() -> None:
     attribution = LearnedAttributor().attribute_now(relay, AttributeOptions())
     assert (attribution.agent, attribution.step) == ("Researcher", 3)
     assert "without any of the figures census_lookup returned" in attribution.reason
+
+
+def _stop(*after: tuple[str, StepKind, str], named_tools: bool = True) -> Trajectory:
+    """A Researcher answers at once, looking nothing up; the Analyst takes it from there
+    (tool reports under their tool's name, or a shared terminal's)."""
+    stop = run(
+        ("user", H, "How many people live in Oslo?"),
+        ("Researcher", M, "I know this one: the answer is Oslo."),
+        *after,
+        final="1000",
+    )
+    steps = tuple(
+        step.model_copy(update={"tool_name": step.agent})
+        if step.kind is T and named_tools
+        else step
+        for step in stop.steps
+    )
+    return stop.model_copy(update={"steps": steps})
+
+
+def test_a_turn_that_hands_on_before_anything_was_looked_up_is_named() -> None:
+    stop = _stop(("Analyst", M, "calculate(expression='250 * 4')"), ("calculate", T, "1000"),
+                 ("Analyst", M, "About 1000 people live in Oslo."))  # fmt: skip
+    evidence = step_evidence(stop, run_features(stop))
+    handed = [
+        (e.step, e.text) for items in evidence for e in items if e.kind == "handed-on-nothing"
+    ]
+    assert handed == [
+        (1, "Researcher handed the run on to Analyst before anything was looked up: it called"
+            " no tool, gave no figure of its own and did not act again")
+    ]  # fmt: skip
+    # What the Analyst made up followed from being given nothing: the stop leads.
+    attribution = LearnedAttributor().attribute_now(stop, AttributeOptions())
+    assert (attribution.agent, attribution.step) == ("Researcher", 1)
+    assert "before anything was looked up" in attribution.reason
+    # A turn after a tool answered, a turn that calls a tool, and an agent that acts
+    # again (a planner, say) are no such evidence.
+    looked_up = run(
+        ("user", H, "How many people live in Oslo?"),
+        ("Researcher", M, "census_lookup(city='Oslo')"),
+        ("census_lookup", T, "Oslo: 522,250 residents (census)"),
+        ("Researcher", M, "I looked it up."),
+        ("Analyst", M, "About 1000 people live in Oslo."),
+        final="1000",
+    )
+    planner = _stop(("Analyst", M, "About 1000 people live in Oslo."),
+                    ("Researcher", M, "Thank you, Analyst."))  # fmt: skip
+    # In a group chat with a shared terminal, the opening message sets the group's task.
+    group_chat = _stop(("Analyst", M, "calculate(expression='250 * 4')"),
+                       ("terminal", T, "1000"),
+                       ("Analyst", M, "About 1000 people live in Oslo."),
+                       named_tools=False)  # fmt: skip
+    for other in (looked_up, planner, group_chat, CENSUS):
+        found = step_evidence(other, run_features(other))
+        assert not any(e.kind == "handed-on-nothing" for items in found for e in items)
+
+
+def test_a_stop_does_not_take_the_blame_for_what_a_tool_gave_the_next_agent() -> None:
+    """Once a tool has answered the next agent, its own mistakes are its own."""
+    stop = _stop(("Analyst", M, "census_lookup(city='Oslo')"),
+                 ("census_lookup", T, "Oslo: 522,250 residents (census)"),
+                 ("Analyst", M, "Oslo has 225,520 residents."))  # fmt: skip
+    attribution = LearnedAttributor().attribute_now(stop, AttributeOptions())
+    assert (attribution.agent, attribution.step) == ("Analyst", 4)
