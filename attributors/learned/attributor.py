@@ -261,7 +261,7 @@ def _withheld_first(
         if relay not in order or not kinds:
             continue
         others = range(relay + 1, top + 1)
-        if kinds == {"handed-on-nothing"} and any(is_tool_answer(steps[j]) for j in others):
+        if kinds <= HANDED_ON_NOTHING and any(is_tool_answer(steps[j]) for j in others):
             return order, None
         giver = steps[relay].agent
         receiver = next((j for j in others if acting[j] and steps[j].agent != giver), None)

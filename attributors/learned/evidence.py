@@ -122,8 +122,9 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
                 if error.step != i:
                     # The report shows the error too (it answers to the agent that acted).
                     found[i].append(Evidence(i, "shows-error", error.strength, error.text))
-    for item in _handed_on_nothing(trajectory, features, found):
-        found[item.step].append(item)
+    handed = _handed_on_nothing(trajectory, features, found)
+    if handed is not None:
+        found[handed.step].append(handed)
     for items in found:
         items.sort(key=lambda item: -item.strength)
     return found
@@ -138,7 +139,7 @@ supports, or an error."""
 
 def _handed_on_nothing(
     trajectory: Trajectory, features: RunFeatures, found: Sequence[Sequence[Evidence]]
-) -> list[Evidence]:
+) -> Evidence | None:
     """The run's opening turn, when with it its agent left the run to others before
     anything was looked up: no tool had answered, the turn calls no tool (a delegation
     does hand the work on) and states no figure of its own, its agent never acts again,
@@ -152,7 +153,7 @@ def _handed_on_nothing(
     facts = features.scanner.facts
     acting = [i for i, fact in enumerate(facts) if fact.acting]
     if not acting or any(step.kind is StepKind.TOOL and not step.tool_name for step in steps):
-        return []
+        return None
     first = acting[0]
     step = steps[first]
     value = features.scanner.values[first]
@@ -164,18 +165,18 @@ def _handed_on_nothing(
         or value.contradicts
         or any(steps[i].agent == step.agent for i in acting[1:])
     ):
-        return []
+        return None
     for j in range(first + 1, len(steps)):
         if is_tool_answer(steps[j]):
-            return []
+            return None
         if facts[j].acting and any(item.kind in _MADE_UP for item in found[j]):
             text = (
                 f"{step.agent} handed the run on to {steps[j].agent} before anything was"
                 " looked up: it called no tool, gave no figure of its own and did not act"
                 " again"
             )
-            return [Evidence(first, "handed-on-nothing", 0.5, text)]
-    return []
+            return Evidence(first, "handed-on-nothing", 0.5, text)
+    return None
 
 
 def is_tool_answer(step: Step) -> bool:

@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 import orjson
+import sqlalchemy
 from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
@@ -110,4 +111,32 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     engine = create_async_engine(parsed, **options)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", configure_sqlite_connection)
+    return engine
+
+
+def sqlite_engine_beside(source: AsyncEngine, *, pool_size: int, pragma: str) -> Engine:
+    """A plain pysqlite engine on the database file of `source` (an async SQLite engine),
+    for a thread of the store's own: up to `pool_size` connections, each set up by
+    `source`'s own connect listeners (WAL, busy timeout, and whatever else its owner
+    added) and then by `pragma` (e.g. `query_only=1`)."""
+    listeners = list(source.sync_engine.pool.dispatch.connect)
+
+    def configure(dbapi_connection: Any, record: Any) -> None:
+        for listener in listeners:
+            listener(dbapi_connection, record)
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA {pragma}")
+        finally:
+            cursor.close()
+
+    engine = sqlalchemy.create_engine(
+        source.url.set(drivername="sqlite+pysqlite"),
+        json_serializer=dumps_json,
+        json_deserializer=orjson.loads,
+        connect_args={"check_same_thread": False, "cached_statements": SQLITE_CACHED_STATEMENTS},
+        pool_size=pool_size,
+        max_overflow=0,
+    )
+    event.listen(engine, "connect", configure)
     return engine

@@ -18,15 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import orjson
-import sqlalchemy
-from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faultfinder.server.db.engine import SQLITE_CACHED_STATEMENTS, dumps_json
+from faultfinder.server.db.engine import sqlite_engine_beside
 
 __all__ = ["READ_THREADS", "SqliteReadThreads"]
 
@@ -42,29 +39,7 @@ class SqliteReadThreads:
     busy timeout, …) and then made read-only (`PRAGMA query_only`)."""
 
     def __init__(self, source: AsyncEngine, threads: int = READ_THREADS) -> None:
-        listeners = list(source.sync_engine.pool.dispatch.connect)
-
-        def configure(dbapi_connection: Any, record: Any) -> None:
-            for listener in listeners:
-                listener(dbapi_connection, record)
-            cursor = dbapi_connection.cursor()
-            try:
-                cursor.execute("PRAGMA query_only=1")
-            finally:
-                cursor.close()
-
-        self.engine: Engine = sqlalchemy.create_engine(
-            source.url.set(drivername="sqlite+pysqlite"),
-            json_serializer=dumps_json,
-            json_deserializer=orjson.loads,
-            connect_args={
-                "check_same_thread": False,
-                "cached_statements": SQLITE_CACHED_STATEMENTS,
-            },
-            pool_size=threads,
-            max_overflow=0,
-        )
-        event.listen(self.engine, "connect", configure)
+        self.engine: Engine = sqlite_engine_beside(source, pool_size=threads, pragma="query_only=1")
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="faultfinder-reads")
 
     async def run(self, read: Callable[[Connection], T]) -> T:

@@ -115,12 +115,11 @@ class SpanStore:
         self._count_new_rows = dialect.name == "sqlite"
         """Whether `write_spans` first tries the insert that counts new rows instead of
         returning them (SQLite; PostgreSQL returns all rows of a statement at once)."""
-        self._write_thread_path = file_database(engine.url) if self._count_new_rows else None
+        self._sqlite_file = file_database(engine.url) if dialect.name == "sqlite" else None
         """The SQLite database file whose span writes go through `SqliteWriteThread`
-        (started at the first write)."""
+        (started at the first write) and whose reads go through `SqliteReadThreads` (from
+        the first read); None on PostgreSQL and for an in-memory database."""
         self._write_thread: SqliteWriteThread | None = None
-        self._reads_path = file_database(engine.url) if dialect.name == "sqlite" else None
-        """The SQLite database file read through `SqliteReadThreads` (from the first read)."""
         self._reads: SqliteReadThreads | None = None
         self._upsert_runs = runs_upsert(insert(RUNS), least, greatest)
 
@@ -162,8 +161,8 @@ class SpanStore:
         keys = sorted(rows)
         batch = _Batch([rows[key] for key in keys], keys, first_copy, facts, now)
         if self._count_new_rows:
-            if self._write_thread is None and self._write_thread_path is not None:
-                self._write_thread = SqliteWriteThread(self._engine, self._write_thread_path)
+            if self._write_thread is None and self._sqlite_file is not None:
+                self._write_thread = SqliteWriteThread(self._engine, self._sqlite_file)
             if self._write_thread is not None:
                 return await self._write_thread.run(self._write_in_thread, batch)
             try:
@@ -384,14 +383,16 @@ class SpanStore:
     async def _read(self, read: Callable[[Connection], T]) -> T:
         """`read(connection)`, which fetches all it returns: on a SQLite file in one call
         to a read thread (`SqliteReadThreads`), else on a connection of the engine."""
-        if self._reads_path is not None:
+        if self._sqlite_file is not None:
             if self._reads is None:
                 self._reads = SqliteReadThreads(self._engine)
             return await self._reads.run(read)
         async with self._engine.connect() as conn:
             return await conn.run_sync(read)
 
-    def _run_spans_statement(self, run_id: str) -> Select[Any]:
+    def _run_spans_read(self, run_id: str) -> Callable[[Connection], list[SpanRecord]]:
+        """The read of a run's spans, in start order: all, or the earliest
+        `max_spans_per_run`."""
         statement = (
             select(SPANS)
             .where(SPANS.c.run_id == run_id)
@@ -399,23 +400,20 @@ class SpanStore:
         )
         if self.max_spans_per_run is not None:
             statement = statement.limit(self.max_spans_per_run)
-        return statement
+        return lambda conn: [span_record(row) for row in conn.execute(statement)]
 
     async def run_spans(self, run_id: str) -> list[SpanRecord]:
         """The stored spans of a run, in start order: all of them, or the earliest
         `max_spans_per_run`."""
-        statement = self._run_spans_statement(run_id)
-        return await self._read(lambda conn: [span_record(row) for row in conn.execute(statement)])
+        return await self._read(self._run_spans_read(run_id))
 
     async def with_run_spans(self, run_id: str, then: Callable[[list[SpanRecord]], T]) -> T:
         """`then(run_spans(run_id))`, computed off the event loop: on a SQLite file in the
         read thread that read the spans (one trip), else in a worker thread."""
-        statement = self._run_spans_statement(run_id)
-        if self._reads_path is not None:
-            return await self._read(
-                lambda conn: then([span_record(row) for row in conn.execute(statement)])
-            )
-        return await asyncio.to_thread(then, await self.run_spans(run_id))
+        read = self._run_spans_read(run_id)
+        if self._sqlite_file is not None:
+            return await self._read(lambda conn: then(read(conn)))
+        return await asyncio.to_thread(then, await self._read(read))
 
     async def spans_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[SpanRecord]]:
         """The stored spans of several runs in one query (unordered within a run, at most

@@ -28,11 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import sqlalchemy
-from sqlalchemy import URL, event
+from sqlalchemy import URL
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from faultfinder.server.db.engine import SQLITE_CACHED_STATEMENTS, dumps_json
+from faultfinder.server.db.engine import sqlite_engine_beside
 
 __all__ = ["RESTART_PAGES", "SqliteWriteThread", "WalCheckpointer", "file_database"]
 
@@ -137,28 +137,9 @@ class SqliteWriteThread:
     checkpointing at commit."""
 
     def __init__(self, source: AsyncEngine, path: str) -> None:
-        listeners = list(source.sync_engine.pool.dispatch.connect)
-
-        def configure(dbapi_connection: Any, record: Any) -> None:
-            for listener in listeners:
-                listener(dbapi_connection, record)
-            cursor = dbapi_connection.cursor()
-            try:
-                cursor.execute("PRAGMA wal_autocheckpoint=0")
-            finally:
-                cursor.close()
-
-        self.engine: Engine = sqlalchemy.create_engine(
-            source.url.set(drivername="sqlite+pysqlite"),
-            json_serializer=dumps_json,
-            connect_args={
-                "check_same_thread": False,
-                "cached_statements": SQLITE_CACHED_STATEMENTS,
-            },
-            pool_size=1,
-            max_overflow=0,
+        self.engine: Engine = sqlite_engine_beside(
+            source, pool_size=1, pragma="wal_autocheckpoint=0"
         )
-        event.listen(self.engine, "connect", configure)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="faultfinder-span-writes")
         self.checkpointer = WalCheckpointer(path)
         self.checkpointer.start()
