@@ -165,6 +165,10 @@ _POSITIONAL = frozenset({
     "agents_before", "agent_is_first_speaker", "agent_share", "agent_acting_turns",
 })  # fmt: skip
 """Features that say where a step sits in the run and whose turn it is, not what it shows."""
+_WORDING = frozenset({"task_overlap"})
+"""Features that say how much of the task's wording a step repeats: a restatement of the
+question is no sign of a mistake, so, like position, it may break ties but never outvote
+evidence."""
 
 
 def _positional(
@@ -174,14 +178,15 @@ def _positional(
     row: Mapping[str, float],
 ) -> bool:
     """Whether what sets the top step apart is only its place in the run (or nothing):
-    features of position and turn-taking, the context columns that are empty only
+    features of position and turn-taking, how much of the task's wording it repeats
+    (`_WORDING`), the context columns that are empty only
     because nothing comes before the first step (`…_max_before`) or after the last
     (`…_max_after`), and features whose value the step's place alone sets (`row`, the top
     step's features: see `_by_construction`)."""
     first, last = min(order), max(order)
     for item in explained:
         name = str(item["feature"])
-        if name.removesuffix("_max_before").removesuffix("_max_after") in _POSITIONAL:
+        if name.removesuffix("_max_before").removesuffix("_max_after") in _POSITIONAL | _WORDING:
             continue
         if name.endswith("_max_before") and top == first and not item["value"]:
             continue

@@ -243,3 +243,20 @@ def test_an_earlier_step_the_records_prove_wrong_leads_over_weaker_later_evidenc
     assert lead(Evidence(5, "first-to-state-final-answer", 0.6, "")) == ([2, 5, 0, 3], 5)
     assert lead(Evidence(5, "contradicts-report", 1.0, "")) == ([5, 2, 0, 3], None)
     assert lead(Evidence(1, "unsupported-figure", 0.75, "")) == ([1, 2, 0, 3], None)
+
+
+def test_a_lead_built_on_place_and_the_task_s_wording_gives_way_to_evidence() -> None:
+    """A step with no evidence that leads because it restates much of the question and is
+    its agent's last turn (the returns desk's Clerk summing up the order) gives way to a
+    step that carries strong evidence (the Cashier's calculator call with a figure nothing
+    before it holds); a lead the model took from what the step shows stands."""
+    evidence: list[list[Evidence]] = [[] for _ in range(6)]
+    evidence[3].append(Evidence(3, "unsupported-figure", 0.75, "Cashier stated 4888.10"))
+
+    def lead(*features: str) -> tuple[list[int], int | None]:
+        explained = [{"feature": name, "value": 1.0, "text": name} for name in features]
+        return _evidence_first([2, 3, 0, 5], evidence, explained, {})
+
+    assert lead("task_overlap", "agent_last_turn") == ([3, 2, 0, 5], 2)
+    assert lead("agent_last_turn") == ([3, 2, 0, 5], 2)
+    assert lead("task_overlap", "gt_mentioned") == ([2, 3, 0, 5], None)
