@@ -4,8 +4,9 @@
 # JSON tools), made the same way as the corpus and never trained on. PROGRAM picks the
 # program: llamaindex_shop (the default: a Clerk that may hand off to a Cashier),
 # llamaindex_desk (a Clerk's note, then the Cashier's answer, in every run) or
-# autogen_desk (the same two agents in an AutoGen round-robin group chat); its framework's
-# environment is the one its name begins with. Resumable, like generate.sh: rerun it to
+# autogen_desk (the same two agents in an AutoGen round-robin group chat) or adk_desk (the
+# same two in a Google ADK SequentialAgent); its framework's environment is the one its
+# name begins with. Resumable, like generate.sh: rerun it to
 # continue (more rounds: ROUNDS="4 6"). Kept failures are copied to
 # benchmarks/corpus/heldout/<program, with a dash>.jsonl after each round.
 #
@@ -13,6 +14,7 @@
 #   UPSTREAM=http://127.0.0.1:8090/v1 bash benchmarks/corpus/generate_heldout.sh
 #   PROGRAM=llamaindex_desk UPSTREAM=http://127.0.0.1:8090/v1 bash benchmarks/corpus/generate_heldout.sh
 #   PROGRAM=autogen_desk UPSTREAM=http://127.0.0.1:8090/v1 bash benchmarks/corpus/generate_heldout.sh
+#   PROGRAM=adk_desk UPSTREAM=http://127.0.0.1:8090/v1 ROUNDS="2 4 6 8" bash benchmarks/corpus/generate_heldout.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 UPSTREAM=${UPSTREAM:-http://127.0.0.1:8080/v1}
@@ -23,6 +25,7 @@ name=${PROGRAM//_/-}
 case "$PROGRAM" in
   llamaindex_*) framework=llamaindex ;;
   autogen_*) framework=autogen-agentchat ;;
+  adk_*) framework=google-adk ;;
   *) echo "generate_heldout.sh: no framework known for PROGRAM=$PROGRAM" >&2; exit 2 ;;
 esac
 corpus=benchmarks/corpus

@@ -20,21 +20,12 @@ from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 from corpus_tools import MAX_TOKENS, answer_line, calculate, read_task
 from corpus_tracing import tracer_provider
+from desk_prompts import CASHIER, clerk
 from openinference.instrumentation.autogen_agentchat import AutogenAgentChatInstrumentor
 from opentelemetry import trace
 from shop_tools import customer_orders, order_details, product_variants
 
-CLERK = (
-    "You are the Clerk of an online shop. Look up the orders, customers or products the "
-    "question names with the tools. Then write a short note for the Cashier with the exact "
-    "names, ids and prices from the tool results that the question needs. Do not answer "
-    "the question yourself."
-)
-CASHIER = (
-    "You are the Cashier of an online shop. Answer the customer's question from the "
-    "figures in the Clerk's note. Use the calculate tool for any arithmetic. End with one "
-    "line that holds only the answer."
-)
+CLERK = clerk()
 
 
 def model_client() -> OpenAIChatCompletionClient:

@@ -15,24 +15,14 @@ import sys
 
 from corpus_tools import answer_line, calculate, read_task
 from corpus_tracing import tracer_provider
+from desk_prompts import CASHIER, clerk
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.tools import FunctionTool
 from llama_index.core.workflow import Event, StartEvent, StopEvent, Workflow, step
 from llamaindex_parts import agent_model, clerk_tools
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
-CLERK = (
-    "You are the Clerk of an online shop. Look up the orders, customers or products the "
-    'question names with the tools, for example {"name": "order_details", "arguments": '
-    '{"order_id": "#W2611340"}}. Then write a short note for the Cashier with the exact '
-    "names, ids and prices from the tool results that the question needs. Do not answer "
-    "the question yourself."
-)
-CASHIER = (
-    "You are the Cashier of an online shop. Answer the customer's question from the "
-    "figures in the Clerk's note. Use the calculate tool for any arithmetic. End with one "
-    "line that holds only the answer."
-)
+CLERK = clerk(example=True)
 
 
 class Handover(Event):
