@@ -169,6 +169,8 @@ _WORDING = frozenset({"task_overlap"})
 """Features that say how much of the task's wording a step repeats: a restatement of the
 question is no sign of a mistake, so, like position, it may break ties but never outvote
 evidence."""
+_NOT_WHAT_IT_SHOWS = _POSITIONAL | _WORDING
+"""What `_positional` passes over: a step's place, turn and wording."""
 
 
 def _positional(
@@ -179,14 +181,14 @@ def _positional(
 ) -> bool:
     """Whether what sets the top step apart is only its place in the run (or nothing):
     features of position and turn-taking, how much of the task's wording it repeats
-    (`_WORDING`), the context columns that are empty only
-    because nothing comes before the first step (`…_max_before`) or after the last
-    (`…_max_after`), and features whose value the step's place alone sets (`row`, the top
-    step's features: see `_by_construction`)."""
+    (`_WORDING`), the context columns that are empty only because nothing comes before
+    the first step (`…_max_before`) or after the last (`…_max_after`), and features whose
+    value the step's place alone sets (`row`, the top step's features: see
+    `_by_construction`)."""
     first, last = min(order), max(order)
     for item in explained:
         name = str(item["feature"])
-        if name.removesuffix("_max_before").removesuffix("_max_after") in _POSITIONAL | _WORDING:
+        if name.removesuffix("_max_before").removesuffix("_max_after") in _NOT_WHAT_IT_SHOWS:
             continue
         if name.endswith("_max_before") and top == first and not item["value"]:
             continue

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Generate a held-out shop set (benchmarks/corpus/DATASHEET.md, "Held out"): a framework
-# and a domain the corpus does not have (LlamaIndex or AutoGen AgentChat; an online shop's
-# JSON tools), made the same way as the corpus and never trained on. PROGRAM picks the
-# program: llamaindex_shop (the default: a Clerk that may hand off to a Cashier),
-# llamaindex_desk (a Clerk's note, then the Cashier's answer, in every run) or
+# and a domain the corpus does not have (LlamaIndex, AutoGen AgentChat or Google ADK; an
+# online shop's JSON tools), made the same way as the corpus and never trained on. PROGRAM
+# picks the program: llamaindex_shop (the default: a Clerk that may hand off to a
+# Cashier), llamaindex_desk (a Clerk's note, then the Cashier's answer, in every run),
 # autogen_desk (the same two agents in an AutoGen round-robin group chat) or adk_desk (the
-# same two in a Google ADK SequentialAgent); its framework's environment is the one its
-# name begins with. Resumable, like generate.sh: rerun it to
+# same two in a Google ADK SequentialAgent); the framework's environment is the one the
+# program's name begins with. Resumable, like generate.sh: rerun it to
 # continue (more rounds: ROUNDS="4 6"). Kept failures are copied to
 # benchmarks/corpus/heldout/<program, with a dash>.jsonl after each round.
 #
