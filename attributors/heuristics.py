@@ -158,6 +158,11 @@ _CASELESS_ALIASES = ("\u0130", "\u0131", "\u212a", "\u017f")
 _CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
 # An AutoGen-style terminal result "Code output:" with nothing after it is an empty result.
 _EMPTY_CODE_OUTPUT = re.compile(r"Code output:\s*\Z", re.IGNORECASE)
+_NOTE_TOOL = re.compile(
+    r"(?:think|thinking|reflect|reflection|scratchpad|take_?note|note_?to_?self)"
+)
+"""Tools whose call is the whole point and whose reply is empty by design (the "think" tool
+an agent writes its reasoning into): an empty reply from one is not a failure."""
 
 # Actors that report what happened rather than decide what to do.
 _OUTPUT_KINDS = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
@@ -224,7 +229,8 @@ def error_signals(step: Step, task: str = "") -> list[ErrorSignal]:
     if not is_acting_step(step):
         result = step.tool_result if step.tool_result is not None else step.content
         if step.kind is StepKind.TOOL and not result.strip():
-            found.append(ErrorSignal("empty tool result", 0.6))
+            if not _NOTE_TOOL.fullmatch((step.tool_name or "").strip().lower()):
+                found.append(ErrorSignal("empty tool result", 0.6))
         elif _EMPTY_CODE_OUTPUT.search(result.rstrip()):
             found.append(ErrorSignal("empty tool result", 0.6, "Code output: (empty)"))
     found.sort(key=lambda signal: -signal.strength)

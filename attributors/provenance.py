@@ -213,6 +213,31 @@ def _arguments(step: Step) -> list[tuple[str, str, str]]:
     return list(found)
 
 
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_MONTHS = (
+    "january", "february", "march", "april", "may", "june", "july", "august",
+    "september", "october", "november", "december",
+)  # fmt: skip
+
+
+def _named_in(value: str, seen: str) -> bool:
+    """Whether case-folded `seen` names `value`: as written, or for an ISO date
+    (2024-05-26) as people write it ("May 26", "26 May", "May 26th", "5/26")."""
+    folded = value.casefold()
+    if folded in seen:
+        return True
+    date = _ISO_DATE.fullmatch(folded)
+    if date is None or not 1 <= int(date.group(2)) <= 12:
+        return False
+    month, day = _MONTHS[int(date.group(2)) - 1], int(date.group(3))
+    spellings = (f"{month} {day}", f"{month[:3]} {day}", f"{day} {month}", f"{day} {month[:3]}")
+    numeric = (f"{int(date.group(2))}/{day}", f"{date.group(2)}/{date.group(3)}")
+    return any(
+        re.search(rf"(?<![\w/]){re.escape(spelling)}(?!\d)", seen)
+        for spelling in (*spellings, *numeric)
+    )
+
+
 @dataclass(frozen=True)
 class ValueFacts:
     """What one step says about values (empty for observations)."""
@@ -293,8 +318,8 @@ class Provenance:
             return (), False
         seen = "\n".join(self._seen_text)
         task = self._seen_text[0]
-        unseen = tuple(call for call in arguments if call[2].casefold() not in seen)
-        return unseen, any(call[2].casefold() not in task for call in arguments)
+        unseen = tuple(call for call in arguments if not _named_in(call[2], seen))
+        return unseen, any(not _named_in(call[2], task) for call in arguments)
 
     def _observe_step(self, step: Step) -> ValueFacts:
         """An observation: its figures and text become what later steps may rely on."""

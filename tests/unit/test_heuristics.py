@@ -123,6 +123,14 @@ async def test_first_error_uses_status_and_empty_tool_results() -> None:
     assert "empty tool result" in empty.candidates[0].evidence
 
 
+def test_the_empty_reply_of_a_think_tool_is_no_error_signal() -> None:
+    # A "think" tool takes the agent's reasoning and answers nothing, by design.
+    thought = Step(index=0, agent="think", kind=StepKind.TOOL, content="", tool_name="think")
+    lookup = Step(index=1, agent="search", kind=StepKind.TOOL, content="", tool_name="search")
+    assert error_signals(thought) == []
+    assert [signal.label for signal in error_signals(lookup)] == ["empty tool result"]
+
+
 async def test_a_tool_call_recorded_under_its_callers_name_is_blamed_on_the_caller() -> None:
     # OpenTelemetry puts a tool span under the span of the agent that called it, so the
     # step names the caller (PriceLookup), not the tool; the handoff before it is not the

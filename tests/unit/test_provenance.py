@@ -302,3 +302,14 @@ def test_a_stop_does_not_take_the_blame_for_what_a_tool_gave_the_next_agent() ->
                  ("Analyst", M, "Oslo has 225,520 residents."))  # fmt: skip
     attribution = LearnedAttributor().attribute_now(stop, AttributeOptions())
     assert (attribution.agent, attribution.step) == ("Analyst", 4)
+
+
+def test_an_iso_date_argument_is_supported_by_the_date_as_the_user_wrote_it() -> None:
+    facts = Provenance("Book me a flight.")
+    facts.push(Step(index=0, agent="user", kind=H, content="I fly on May 26th, from JFK."), False)
+    call = Step(index=1, agent="Agent", kind=M, content="", tool_name="search",
+                tool_arguments='{"origin": "JFK", "date": "2024-05-26"}')  # fmt: skip
+    assert facts.push(call, True).unsupported_arguments == ()
+    other_day = Step(index=2, agent="Agent", kind=M, content="", tool_name="search",
+                     tool_arguments='{"origin": "JFK", "date": "2024-05-02"}')  # fmt: skip
+    assert facts.push(other_day, True).unsupported_arguments == (("search", "date", "2024-05-02"),)
