@@ -28,16 +28,19 @@ from faultfinder.attributors.learned.scorers import (
     TreeEnsembleScorer,
 )
 from faultfinder.attributors.learned.step_model import (
+    CONVERSATION,
     DEFAULT_MODEL_RESOURCE,
     MODEL_FORMAT,
     AgentRule,
     ModelFormatError,
     StepModel,
     default_model,
+    is_conversation,
     trajectory_group,
 )
 
 __all__ = [
+    "CONVERSATION",
     "DEFAULT_MODEL_RESOURCE",
     "MODEL_FORMAT",
     "AgentRule",
@@ -55,6 +58,7 @@ __all__ = [
     "blameable_agents",
     "can_be_blamed",
     "default_model",
+    "is_conversation",
     "softmax",
     "trajectory_group",
 ]

@@ -27,15 +27,17 @@ from faultfinder.attributors.learned.features import (
     step_features,
 )
 from faultfinder.attributors.learned.scorers import Scorer, scorer_from_dict
-from faultfinder.attributors.model import Trajectory
+from faultfinder.attributors.model import StepKind, Trajectory
 
 __all__ = [
+    "CONVERSATION",
     "DEFAULT_MODEL_RESOURCE",
     "MODEL_FORMAT",
     "AgentRule",
     "ModelFormatError",
     "StepModel",
     "default_model",
+    "is_conversation",
     "trajectory_group",
 ]
 
@@ -313,7 +315,30 @@ def default_model() -> StepModel:
     )
 
 
+CONVERSATION = "conversation"
+"""The model group of runs with a user in the loop (`is_conversation`), whatever their
+framework: a customer talking with a service agent fails otherwise than a team working
+through a task, so such runs get a model of their own when training has enough of them."""
+
+_NOT_ACTING = frozenset({StepKind.HUMAN, StepKind.SYSTEM})
+
+
+def is_conversation(trajectory: Trajectory) -> bool:
+    """Whether the user speaks again after an agent (or a tool) has acted: a conversation,
+    not a task handed over once."""
+    acted = False
+    for step in trajectory.steps:
+        if step.kind not in _NOT_ACTING:
+            acted = True
+        elif acted and step.kind is StepKind.HUMAN:
+            return True
+    return False
+
+
 def trajectory_group(trajectory: Trajectory) -> str | None:
-    """The run's framework (its calibration and model group), if the trace says."""
+    """The run's model and calibration group: `CONVERSATION` for a conversation, else its
+    framework, if the trace says."""
+    if is_conversation(trajectory):
+        return CONVERSATION
     framework = trajectory.metadata.get("framework")
     return framework if isinstance(framework, str) else None

@@ -15,10 +15,12 @@ from click.testing import CliRunner
 
 from faultfinder.attributors.base import AttributeOptions, get_attributor
 from faultfinder.attributors.learned import (
+    CONVERSATION,
     AgentRule,
     LearnedAttributor,
     MeanScorer,
     StepModel,
+    is_conversation,
     softmax,
 )
 from faultfinder.attributors.learned.training import (
@@ -32,7 +34,7 @@ from faultfinder.attributors.learned.training import (
     task_key,
     tune_and_fit,
 )
-from faultfinder.attributors.model import AttributionStatus, StepKind
+from faultfinder.attributors.model import AttributionStatus, Step, StepKind
 from faultfinder.benchmarks.cv import CVSettings, FoldOutcome, cross_validate, fold_plan
 from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel, load_dataset
 from faultfinder.benchmarks.train import train_command
@@ -286,3 +288,35 @@ def test_each_framework_gets_the_model_that_fits_its_runs(tmp_path: Path) -> Non
     # A run of a framework the model never saw is scored by the pooled model.
     unknown = synthetic_record(fresh, 300, "elsewhere")
     assert attributor.attribute_now(unknown.trajectory, OPTIONS).details["model_group"] is None
+
+
+def conversation_record(rng: random.Random, number: int) -> BenchmarkRecord:
+    """A shifted run whose user speaks again at the end: a conversation, not a task."""
+    record = shifted_record(rng, number)
+    steps = record.trajectory.steps
+    thanks = Step(index=len(steps), agent="user", kind=StepKind.HUMAN, content="Thanks!")
+    trajectory = record.trajectory.model_copy(
+        update={"steps": (*steps, thanks), "metadata": {"framework": "help-desk"}}
+    )
+    return BenchmarkRecord("synthetic", "help-desk", f"talk/{number}", trajectory, record.gold)
+
+
+def test_conversations_get_a_model_of_their_own_and_leave_the_task_model_alone() -> None:
+    rng = random.Random(5)
+    plain = [synthetic_record(rng, i, "plain") for i in range(40)]
+    talks = [conversation_record(rng, i) for i in range(40)]
+    assert is_conversation(talks[0].trajectory) and not is_conversation(plain[0].trajectory)
+    options = TrainingOptions(
+        grid=(ModelConfig(kind="linear", l2=1.0),), inner_folds=3, auditor=False
+    )
+    tasks_only = tune_and_fit(plain, cache=FeatureCache(), options=options)
+    both = tune_and_fit(plain + talks, cache=FeatureCache(), options=options)
+    # The runs handed over once are scored as if no conversation had been trained on.
+    assert both.to_dict()["scorer"] == tasks_only.to_dict()["scorer"]
+    assert CONVERSATION in both.groups and "help-desk" not in both.groups
+    attributor = LearnedAttributor(both)
+    fresh = random.Random(98)
+    for record in [conversation_record(fresh, 100 + i) for i in range(10)]:
+        attribution = attributor.attribute_now(record.trajectory, OPTIONS)
+        assert attribution.details["model_group"] == CONVERSATION
+        assert attribution.step == record.gold.step, record.record_id
