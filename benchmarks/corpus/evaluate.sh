@@ -7,6 +7,9 @@
 #   benchmarks/reports/corpus-baselines/  random and first_error over the whole corpus
 #   benchmarks/reports/ww-cv-with-corpus/ Who&When task-grouped CV, every fold also
 #                                         trained on the corpus
+#   benchmarks/reports/transfer-with-conversations/
+#                                         the same leave-one-framework-out with the
+#                                         labelled τ-bench conversations as a fourth one
 # Zero-LLM only; a few minutes each on 2 cores (SEEDS=1 for a quick look).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,4 +28,7 @@ done
 echo "== Who&When task-grouped CV, folds also trained on the corpus" >&2
 $ff bench run --dataset who_and_when --attributor learned --cv 5 --cv-seeds "$SEEDS" \
   --train-also "$corpus" --out "$reports/ww-cv-with-corpus" --no-resume > /dev/null
-echo "reports in $reports/{transfer,corpus-baselines,ww-cv-with-corpus}" >&2
+echo "== leave-one-framework-out with the conversations ($SEEDS seeds)" >&2
+$ff bench transfer --dataset "$corpus,benchmarks/conversations/tau-bench-airline.jsonl" \
+  --train-also who_and_when --cv-seeds "$SEEDS" --out "$reports/transfer-with-conversations"
+echo "reports in $reports/{transfer,corpus-baselines,ww-cv-with-corpus,transfer-with-conversations}" >&2
