@@ -155,3 +155,35 @@ def test_spans_can_travel_over_grpc_configured_by_the_standard_variables(
         got = client.wait_for_run(run_id, DONE, timeout=60, poll_interval=0.1)
     assert got.project == "grpc"
     assert [(step.agent, step.content) for step in got.trajectory.steps] == [("Echo", "pong")]
+
+
+CONVERSATION = """
+from faultfinder.sdk import agent_step, configure, message, run, shutdown, tool_call
+
+configure(service_name="help-desk", project="talks")
+with run(task="Cancel my trip to Lisbon.") as r:
+    message("customer", "Hi, please cancel my trip to Lisbon.", role="user")
+    with agent_step("Agent") as agent:
+        agent.say("Sure. What is your reservation id?")
+    message("customer", "It is AB12.", role="user")
+    with agent_step("Agent"), tool_call("cancel_reservation", {"reservation_id": "CD34"}) as call:
+        call.result({"reservation_id": "CD34", "status": "cancelled"})
+    message("Agent", "Your trip CD34 is cancelled.")
+    message("customer", "Thanks, bye.", role="user")
+    r.fail("cancelled CD34; the customer had asked for AB12")
+shutdown()
+print(r.run_id)
+"""
+
+
+def test_a_customer_conversation_is_scored_by_the_conversation_model(sidecar: Sidecar) -> None:
+    run_id = run_python(sidecar, "-c", CONVERSATION).strip().splitlines()[-1]
+    with Client(sidecar.url, API_KEY) as client:
+        got = client.wait_for_run(run_id, "attributed", timeout=60, poll_interval=0.1)
+        kinds = [step.kind for step in got.trajectory.steps]
+        assert kinds.count("human") == 3, kinds
+        (learned,) = [a for a in got.attributions if a.method == "learned" and a.ok]
+        # The customer speaks again after the agent acted: a conversation, scored by the
+        # model trained on conversations; the customer, not part of the system, is not blamed.
+        assert learned.details["model_group"] == "conversation"
+        assert learned.agent == "Agent"
