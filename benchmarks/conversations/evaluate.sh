@@ -2,8 +2,10 @@
 # Score the labelled conversations (benchmarks/conversations/DATASHEET.md) two-fold by
 # τ-bench task id: each half scored by a model trained on Who&When, the injection corpus
 # and the other half (no task in both), beside first_error, random and the model trained
-# on no conversation at all. Writes benchmarks/reports/conversations/<half>/<method>/.
-# Zero-LLM only; about 5 minutes on 2 cores.
+# on no conversation at all; and each half once more in the folded layout (no system step,
+# tool replies folded into their calls; `tau_bench.folded`), scored by the same model.
+# Writes benchmarks/reports/conversations/<half>[-folded]/<method>/.
+# Zero-LLM only; about 6 minutes on 2 cores.
 #
 #   bash benchmarks/conversations/evaluate.sh
 set -euo pipefail
@@ -39,5 +41,13 @@ for half in even odd; do
     $ff bench run --dataset "$work/$half.jsonl" --attributor "$attributor" \
       --without-ground-truth --out "$reports/$half/$attributor" --no-resume > /dev/null
   done
+  "$python" -m faultfinder.benchmarks.datasets.tau_bench --folded "$work/$half.jsonl" \
+    --out "$work/$half-folded.jsonl" > /dev/null
+  $ff bench run --dataset "$work/$half-folded.jsonl" --attributor learned --learned-model \
+    "$work/$other.json" --without-ground-truth --out "$reports/$half-folded/learned" \
+    --no-resume > /dev/null
+  $ff bench run --dataset "$work/$half-folded.jsonl" --attributor first_error \
+    --without-ground-truth --out "$reports/$half-folded/first_error" --no-resume > /dev/null
 done
-echo "reports in $reports/{even,odd}/{learned,learned-no-conversations,first_error,random}" >&2
+echo "reports in $reports/{even,odd}/{learned,learned-no-conversations,first_error,random}" \
+  "and $reports/{even,odd}-folded/{learned,first_error}" >&2

@@ -17,6 +17,7 @@ turns and calls (`agent` "assistant") and each tool's reply (`tool`).
     python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --labels L.jsonl \
         --framework tau-bench-airline --out F.jsonl
     python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --packets DIR
+    python -m faultfinder.benchmarks.datasets.tau_bench --folded F.jsonl --out G.jsonl
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from faultfinder.benchmarks.datasets.generic import GENERIC_FORMAT
 from faultfinder.benchmarks.datasets.records import DatasetError
 
-__all__ = ["AGENT", "convert", "failed_runs", "packets", "run_id", "steps_of"]
+__all__ = ["AGENT", "convert", "failed_runs", "folded", "packets", "run_id", "steps_of"]
 
 AGENT = "assistant"
 """The one agent of a τ-bench run."""
@@ -136,6 +137,31 @@ def convert(
     return records
 
 
+def folded(record: Mapping[str, Any]) -> dict[str, Any]:
+    """`record` in another layout another writer may use: no system step, and each tool's
+    reply folded into its call's step (`tool_result`) instead of a step of its own. The
+    label moves with its step (a label is never on a system step or a tool's reply)."""
+    steps: list[dict[str, Any]] = []
+    moved: dict[int, int] = {}
+    for index, step in enumerate(record["steps"]):
+        if step["role"] == "system":
+            continue
+        if step["role"] == "tool":
+            waiting = (
+                call
+                for call in steps
+                if call.get("tool_name") == step.get("tool_name") and "tool_result" not in call
+            )
+            call = next(waiting, None)
+            if call is not None and call["role"] == "agent":
+                call["tool_result"] = step["content"]
+                continue
+        moved[index] = len(steps)
+        steps.append(dict(step))
+    label = dict(record["label"], step=moved[record["label"]["step"]])
+    return {**record, "id": f"{record['id']}/folded", "steps": steps, "label": label}
+
+
 def packets(results: Sequence[Mapping[str, Any]], domain: str, out: Path) -> list[Path]:
     """Write the failed runs for annotators, numbered as `steps_of` numbers them."""
     runs = list(failed_runs(results))
@@ -196,13 +222,26 @@ def _read_labels(path: Path) -> dict[str, dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", type=Path, help="a τ-bench results JSON file")
+    parser.add_argument("results", type=Path, nargs="?", help="a τ-bench results JSON file")
     parser.add_argument("--domain", default="airline")
     parser.add_argument("--labels", type=Path, help="annotations, one JSON object a line")
     parser.add_argument("--framework", default="tau-bench-airline")
     parser.add_argument("--out", type=Path, help="the generic JSON Lines file to write")
     parser.add_argument("--packets", type=Path, help="write annotation packets to this folder")
+    parser.add_argument(
+        "--folded",
+        type=Path,
+        help="write this generic file of τ-bench records in the folded layout to --out",
+    )
     args = parser.parse_args(argv)
+    if args.folded:
+        lines = args.folded.read_text(encoding="utf-8").splitlines()
+        records = [folded(json.loads(line)) for line in lines if line.strip()]
+        _write(records, args.out)
+        print(f"{len(records)} records in the folded layout → {args.out}")
+        return
+    if args.results is None:
+        parser.error("give a τ-bench results file, or --folded FILE --out OUT")
     results = json.loads(args.results.read_text(encoding="utf-8"))
     if args.packets:
         written = packets(results, args.domain, args.packets)
@@ -211,10 +250,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         records = convert(
             results, _read_labels(args.labels), domain=args.domain, framework=args.framework
         )
-        with args.out.open("w", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        _write(records, args.out)
         print(f"{len(records)} labelled failed runs → {args.out}")
+
+
+def _write(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 from faultfinder.attributors.learned import blameable
 from faultfinder.attributors.model import StepKind
 from faultfinder.benchmarks.datasets import DatasetError, load_dataset
-from faultfinder.benchmarks.datasets.tau_bench import convert, main, packets
+from faultfinder.benchmarks.datasets.tau_bench import convert, folded, main, packets
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,3 +107,17 @@ def test_the_committed_airline_set_is_what_the_labels_and_steps_say() -> None:
         assert (record.gold.step, record.gold.agent) == (label["step"], label["agent"])
         kind = record.trajectory.steps[label["step"]].kind
         assert kind is (StepKind.HUMAN if label["agent"] == "user" else StepKind.MESSAGE)
+
+
+def test_the_folded_layout_keeps_the_label_on_the_same_turn() -> None:
+    (record,) = convert([a_run(7, 0.0)], {LABEL["id"]: LABEL}, domain="airline", framework="t")
+    other = folded(record)
+    roles = [
+        (step["role"], step.get("tool_name"), "tool_result" in step) for step in other["steps"]
+    ]
+    assert roles == [
+        ("user", None, False), ("agent", "get_user_details", True), ("agent", "think", True),
+        ("agent", "cancel_reservation", True), ("agent", None, False),
+    ]  # fmt: skip
+    labelled = other["steps"][other["label"]["step"]]
+    assert labelled == {**record["steps"][LABEL["step"]], "tool_result": '{"status": "cancelled"}'}
