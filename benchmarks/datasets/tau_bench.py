@@ -150,10 +150,12 @@ def folded(record: Mapping[str, Any]) -> dict[str, Any]:
             waiting = (
                 call
                 for call in steps
-                if call.get("tool_name") == step.get("tool_name") and "tool_result" not in call
+                if call["role"] == "agent"
+                and call.get("tool_name") == step.get("tool_name")
+                and "tool_result" not in call
             )
             call = next(waiting, None)
-            if call is not None and call["role"] == "agent":
+            if call is not None:
                 call["tool_result"] = step["content"]
                 continue
         moved[index] = len(steps)

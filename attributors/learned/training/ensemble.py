@@ -151,10 +151,8 @@ def tune_and_fit(
     # Conversations with a model of their own leave the pooled model to the task runs:
     # trained on both, the pooled model lost 3 points of step accuracy on held-out
     # frameworks' task runs (benchmarks/reports/conversations.md).
-    talks = own_groups.get(CONVERSATION, [])
-    tasks = [i for i in everyone if runs[i].group != CONVERSATION] if talks else everyone
-    if not tasks:
-        tasks, talks = everyone, []
+    apart = 0 < len(own_groups.get(CONVERSATION, ())) < len(runs)
+    tasks = [i for i in everyone if runs[i].group != CONVERSATION] if apart else everyone
     step("pooled ensemble")
     pooled = _Choice.judge(
         runs,
@@ -166,7 +164,7 @@ def tune_and_fit(
     # What a conversation's own model is measured against: one trained on every run.
     every_run = (
         _scores_by_position(runs, everyone, configs, options.inner_folds, options.seed)
-        if talks
+        if apart
         else pooled.scores
     )
 
@@ -204,7 +202,7 @@ def tune_and_fit(
         temperatures[group] = choose_temperature(group_runs, [choice.scores[i] for i in positions])
         if choice.own_group:
             group_scorer = fit_ensemble(group_runs, configs, options.seed)
-        elif group == CONVERSATION and talks:
+        elif group == CONVERSATION and apart:
             group_scorer = fit_ensemble(runs, configs, options.seed)
         elif choice.rule == pooled.rule and temperatures[group] == temperature:
             continue
@@ -237,7 +235,7 @@ def tune_and_fit(
         audit_groups = {
             group: [renumbered[i] for i in positions]
             for group, positions in own_groups.items()
-            if group != CONVERSATION or not talks
+            if group != CONVERSATION or not apart
         }
         audit_model = _fit_auditor(audit_records, cache, configs, audit_groups, options)
     return StepModel(
