@@ -3,8 +3,9 @@
 # τ-bench task id: each half scored by a model trained on Who&When, the injection corpus
 # and the other half (no task in both), beside first_error, random and the model trained
 # on no conversation at all; and each half once more in the folded layout (no system step,
-# tool replies folded into their calls; `tau_bench.folded`), scored by the same model.
-# Writes benchmarks/reports/conversations/<half>[-folded]/<method>/.
+# tool replies folded into their calls; `tau_bench.folded`) and as Who&When-format files
+# (calls and tools named only in the text; `tau_bench.who_and_when_layout`), scored by the
+# same model. Writes benchmarks/reports/conversations/<half>[-folded|-who-and-when]/<method>/.
 # Zero-LLM only; about 6 minutes on 2 cores.
 #
 #   bash benchmarks/conversations/evaluate.sh
@@ -48,6 +49,13 @@ for half in even odd; do
     --no-resume > /dev/null
   $ff bench run --dataset "$work/$half-folded.jsonl" --attributor first_error \
     --without-ground-truth --out "$reports/$half-folded/first_error" --no-resume > /dev/null
+  "$python" -m faultfinder.benchmarks.datasets.tau_bench --who-and-when "$work/$half.jsonl" \
+    --out "$work/$half-who-and-when" > /dev/null
+  $ff bench run --dataset "$work/$half-who-and-when" --attributor learned --learned-model \
+    "$work/$other.json" --without-ground-truth --out "$reports/$half-who-and-when/learned" \
+    --no-resume > /dev/null
+  $ff bench run --dataset "$work/$half-who-and-when" --attributor first_error \
+    --without-ground-truth --out "$reports/$half-who-and-when/first_error" --no-resume > /dev/null
 done
 echo "reports in $reports/{even,odd}/{learned,learned-no-conversations,first_error,random}" \
-  "and $reports/{even,odd}-folded/{learned,first_error}" >&2
+  "and $reports/{even,odd}-{folded,who-and-when}/{learned,first_error}" >&2

@@ -18,6 +18,7 @@ turns and calls (`agent` "assistant") and each tool's reply (`tool`).
         --framework tau-bench-airline --out F.jsonl
     python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --packets DIR
     python -m faultfinder.benchmarks.datasets.tau_bench --folded F.jsonl --out G.jsonl
+    python -m faultfinder.benchmarks.datasets.tau_bench --who-and-when F.jsonl --out DIR
 """
 
 from __future__ import annotations
@@ -31,7 +32,16 @@ from typing import Any
 from faultfinder.benchmarks.datasets.generic import GENERIC_FORMAT
 from faultfinder.benchmarks.datasets.records import DatasetError
 
-__all__ = ["AGENT", "convert", "failed_runs", "folded", "packets", "run_id", "steps_of"]
+__all__ = [
+    "AGENT",
+    "convert",
+    "failed_runs",
+    "folded",
+    "packets",
+    "run_id",
+    "steps_of",
+    "who_and_when_layout",
+]
 
 AGENT = "assistant"
 """The one agent of a τ-bench run."""
@@ -164,6 +174,32 @@ def folded(record: Mapping[str, Any]) -> dict[str, Any]:
     return {**record, "id": f"{record['id']}/folded", "steps": steps, "label": label}
 
 
+def who_and_when_layout(record: Mapping[str, Any]) -> dict[str, Any]:
+    """`record` as a Who&When-format file (Hand-Crafted style), as a writer with only that
+    format may hand it over: a `history` of `{role, content}` entries, one per step, the
+    speaker in `role` (`system`, `user`, `assistant`, `tool`), a call's name and arguments
+    only in its text, no tool names; `mistake_agent` / `mistake_step` from the label and a
+    top-level `"simulated_user": true`. Steps keep their numbers, so the label does too."""
+    history = [
+        {
+            "role": {"agent": str(step.get("agent", AGENT))}.get(step["role"], step["role"]),
+            "content": str(step.get("content") or ""),
+        }
+        for step in record["steps"]
+    ]
+    label = record["label"]
+    return {
+        "question": record.get("task", ""),
+        "question_ID": record["id"],
+        "framework": record.get("framework"),
+        "simulated_user": True,
+        "history": history,
+        "mistake_agent": label["agent"],
+        "mistake_step": str(label["step"]),
+        "mistake_reason": label.get("reason") or "",
+    }
+
+
 def packets(results: Sequence[Mapping[str, Any]], domain: str, out: Path) -> list[Path]:
     """Write the failed runs for annotators, numbered as `steps_of` numbers them."""
     runs = list(failed_runs(results))
@@ -235,7 +271,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=Path,
         help="write this generic file of τ-bench records in the folded layout to --out",
     )
+    parser.add_argument(
+        "--who-and-when",
+        type=Path,
+        help="write this generic file of τ-bench records as a folder of Who&When-format "
+        "files (1.json, 2.json, …) to --out",
+    )
     args = parser.parse_args(argv)
+    if args.who_and_when:
+        lines = args.who_and_when.read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        args.out.mkdir(parents=True, exist_ok=True)
+        for number, record in enumerate(records, start=1):
+            text = json.dumps(who_and_when_layout(record), ensure_ascii=False, indent=1)
+            (args.out / f"{number}.json").write_text(text + "\n", encoding="utf-8")
+        print(f"{len(records)} records as Who&When-format files → {args.out}")
+        return
     if args.folded:
         lines = args.folded.read_text(encoding="utf-8").splitlines()
         records = [folded(json.loads(line)) for line in lines if line.strip()]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import orjson
+
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.benchmarks.datasets.fields import Fields, read_json_object, type_name
 from faultfinder.benchmarks.datasets.records import (
@@ -36,6 +38,8 @@ _KIND_BY_NAME: dict[str, StepKind] = {
 tools report, the human or user gives the task (and, in a dialogue, answers), the system
 prompt frames the run."""
 _NOT_TEAM = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
+_TOOL_SPEAKERS = frozenset({"tool", "function", "observation"})
+"""Speakers that name no tool: their report is the called tool's."""
 
 WHO_AND_WHEN_FORMAT = "who_and_when_format"
 """`BenchmarkRecord.dataset` of a Who&When-format file read from a folder of any system."""
@@ -76,7 +80,8 @@ def load_who_and_when_format_record(path: Path, subset: str) -> BenchmarkRecord:
     Each file decides its own layout: steps whose entries carry a `name` are read as
     Algorithm-Generated ones (the agent is the `name`), the others as Hand-Crafted ones
     (the agent is the `role`). A `framework` field is kept; a top-level
-    `"simulated_user": true` says the user's turns belong to the system under test.
+    `"simulated_user": true` says the user's turns belong to the system under test. Tool
+    calls written in an agent's text are read as calls (`_calls_read`).
     """
     fields = Fields(path, read_json_object(path))
     history = fields.mappings("history")
@@ -89,7 +94,95 @@ def load_who_and_when_format_record(path: Path, subset: str) -> BenchmarkRecord:
         by_role=not any(entry.has("name") for entry in history),
         framework=framework if isinstance(framework, str) and framework.strip() else None,
         fields=fields,
+        read_calls=True,
     )
+
+
+# A call as a turn's last words: `lookup({"city": "Oslo"})` or `lookup()`, the way the
+# GenAI messages render tool calls (`server.otlp.messages.tool_call_text`).
+_CALL_NAME = re.compile(r"(?:^|(?<=\s))[A-Za-z_][\w.-]*\(")
+_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
+_CALLS_TRIED = 4
+"""Opening brackets tried from the end of a turn before it is taken for no call."""
+
+
+def _calls_read(steps: list[Step]) -> list[Step]:
+    """An agent's turn that is a tool call written in its text is that call, as a format
+    with call fields would say it, and the tools' reports that follow answer the calls in
+    the order they were made. The Who&When format has no field for either, so another
+    system's file can only say them in the text: as `name(arguments)` at the turn's end
+    (arguments a JSON object), or as the turn's whole text in JSON, OpenAI's `tool_calls`
+    or one `{"name", "arguments"}` call. A report may be written under the called tool's
+    own name: that speaker is the tool, not an agent of the team."""
+    read: list[Step] = []
+    waiting: list[str] = []
+    calling = False
+    for step in steps:
+        if step.kind is StepKind.MESSAGE and waiting and step.agent == waiting[0]:
+            step = step.model_copy(update={"kind": StepKind.TOOL})
+        calls: list[tuple[str, str]] = []
+        if step.kind is StepKind.TOOL:
+            if waiting and step.tool_name is None:
+                name = waiting.pop(0)
+                # A report written as the generic "tool" is the called tool's own.
+                generic = step.agent.casefold() in _TOOL_SPEAKERS
+                step = step.model_copy(
+                    update={"tool_name": name, **({"agent": name} if generic else {})}
+                )
+        elif step.kind not in _NOT_TEAM and step.tool_name is None:
+            calls = _calls(step.content)
+        if calls:
+            if not calling:
+                waiting.clear()
+            waiting.extend(name for name, _ in calls)
+            name, arguments = calls[0]
+            step = step.model_copy(update={"tool_name": name, "tool_arguments": arguments})
+        elif step.kind is not StepKind.TOOL:
+            waiting.clear()
+        calling = bool(calls)
+        read.append(step)
+    return read
+
+
+def _calls(content: str) -> list[tuple[str, str]]:
+    text = content.strip()
+    if text.startswith(("{", "[")):
+        return _json_calls(text)
+    if not text.endswith(")"):
+        return []
+    for match in list(_CALL_NAME.finditer(text))[-_CALLS_TRIED:][::-1]:
+        arguments = text[match.end() : -1].strip()
+        if arguments:
+            try:
+                if not isinstance(orjson.loads(arguments), dict):
+                    continue
+            except orjson.JSONDecodeError:
+                continue
+        return [(match[0][:-1], arguments)]
+    return []
+
+
+def _json_calls(text: str) -> list[tuple[str, str]]:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return []
+    if isinstance(value, dict):
+        value = value.get("tool_calls", [value])
+    if not isinstance(value, list):
+        return []
+    calls: list[tuple[str, str]] = []
+    for item in value:
+        function = item.get("function", item) if isinstance(item, dict) else None
+        if not isinstance(function, dict):
+            return []
+        name, arguments = function.get("name"), function.get("arguments", "")
+        if not isinstance(name, str) or not _NAME.match(name):
+            return []
+        if not isinstance(arguments, str):
+            arguments = orjson.dumps(arguments).decode()
+        calls.append((name, arguments))
+    return calls
 
 
 def _load(
@@ -101,6 +194,7 @@ def _load(
     by_role: bool,
     framework: str | None,
     fields: Fields | None = None,
+    read_calls: bool = False,
 ) -> BenchmarkRecord:
     if fields is None:
         fields = Fields(path, read_json_object(path))
@@ -108,6 +202,8 @@ def _load(
         _who_and_when_step(index, entry, by_role)
         for index, entry in enumerate(fields.mappings("history"))
     ]
+    if read_calls:
+        steps = _calls_read(steps)
     gold_step = fields.integer_string("mistake_step")
     fields.check_step_in_range("mistake_step", gold_step, len(steps), "'history'")
     mode_field = "mistake_type" if fields.has("mistake_type") else "labels"
@@ -142,7 +238,7 @@ def _load(
 def _roster(steps: list[Step], *, simulated_user: bool) -> list[str]:
     """Magentic-One's team when every agent of the run is one of its members; with a
     simulated user, every agent and the user. Otherwise none: the agents seen are the team."""
-    agents = [step.agent for step in steps if step.kind is not StepKind.TOOL]
+    agents = [step.agent for step in steps if step.kind not in (StepKind.TOOL, StepKind.SYSTEM)]
     if simulated_user:
         return list(dict.fromkeys(agents))
     acting = {step.agent for step in steps if step.kind not in _NOT_TEAM}

@@ -14,6 +14,7 @@ from faultfinder.attributors.learned import blameable
 from faultfinder.attributors.model import StepKind
 from faultfinder.benchmarks.datasets import DatasetError, load_dataset
 from faultfinder.benchmarks.datasets.tau_bench import convert, folded, main, packets
+from faultfinder.benchmarks.datasets.who_and_when import load_who_and_when_format_record
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,3 +122,93 @@ def test_the_folded_layout_keeps_the_label_on_the_same_turn() -> None:
     ]  # fmt: skip
     labelled = other["steps"][other["label"]["step"]]
     assert labelled == {**record["steps"][LABEL["step"]], "tool_result": '{"status": "cancelled"}'}
+
+
+def test_the_who_and_when_layout_reads_back_as_the_same_calls_reports_and_label(
+    tmp_path: Path,
+) -> None:
+    """A Who&When-format file says a call only in its text (`name({...})`) and a report
+    only as "tool": read back, the calls, the reports' tools and the label are the generic
+    file's, reports answering two calls of one turn in the order they were made."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([a_run(7, 0.0)]))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps(LABEL) + "\n")
+    generic = tmp_path / "out.jsonl"
+    main([str(results), "--labels", str(labels), "--framework", "tau-air", "--out", str(generic)])
+    main(["--who-and-when", str(generic), "--out", str(tmp_path / "ww")])
+
+    (expected,) = load_dataset(str(generic))
+    read = load_who_and_when_format_record(tmp_path / "ww" / "1.json", "tau-air")
+    assert (
+        "get_user_details"
+        not in json.loads((tmp_path / "ww" / "1.json").read_text())["history"][3].values()
+    )  # the file itself names no tool: the loader read it from the call
+    fields = ("agent", "kind", "tool_name", "tool_arguments", "content")
+    assert [[getattr(step, f) for f in fields] for step in read.trajectory.steps] == [
+        [getattr(step, f) for f in fields] for step in expected.trajectory.steps
+    ]
+    assert (read.gold.agent, read.gold.step) == (expected.gold.agent, expected.gold.step)
+    # The system prompt is nobody in the team.
+    assert set(read.trajectory.declared_roster) == set(expected.trajectory.declared_roster)
+
+
+def test_a_turn_that_only_mentions_a_call_is_not_taken_for_one(tmp_path: Path) -> None:
+    history = [
+        {"role": "user", "content": "Find the fare."},
+        {"role": "assistant", "content": "I looked it up (see the table above)."},
+        {"role": "assistant", "content": "lookup([1, 2])"},
+        {"role": "assistant", "content": 'Calling lookup({"fare": 1}) then done.'},
+        {"role": "tool", "content": "42"},
+    ]
+    path = tmp_path / "1.json"
+    path.write_text(
+        json.dumps({"question": "q", "history": history, "mistake_agent": "assistant",
+                    "mistake_step": "1"})
+    )  # fmt: skip
+    steps = load_who_and_when_format_record(path, "x").trajectory.steps
+    assert [step.tool_name for step in steps] == [None] * 5
+    assert steps[4].agent == "tool"
+
+
+def test_calls_written_as_json_and_reports_under_the_tools_own_names_are_read(
+    tmp_path: Path,
+) -> None:
+    """OpenAI's `tool_calls` as a turn's text, two calls in one turn, each report under
+    the name of the tool it answers: the calls are the turn's, the reports are tools'
+    (not agents of the team, not blameable), in the order the calls were made."""
+    calls = {"tool_calls": [
+        {"id": "a", "type": "function",
+         "function": {"name": "get_user_details", "arguments": "{\"user_id\": \"ann_1\"}"}},
+        {"id": "b", "type": "function",
+         "function": {"name": "get_reservation_details", "arguments": {"id": "AB12"}}},
+    ]}  # fmt: skip
+    history = [
+        {"role": "user", "content": "Cancel AB12, I'm ann_1."},
+        {"role": "assistant", "content": json.dumps(calls)},
+        {"role": "get_user_details", "content": "{\"name\": \"Ann\"}"},
+        {"role": "get_reservation_details", "content": "{\"status\": \"booked\"}"},
+        {"role": "assistant", "content": json.dumps({"name": "cancel_reservation",
+                                                     "arguments": {"id": "AB12"}})},
+        {"role": "tool", "content": "{\"status\": \"cancelled\"}"},
+        {"role": "assistant", "content": "Done: AB12 is cancelled."},
+    ]  # fmt: skip
+    path = tmp_path / "1.json"
+    path.write_text(
+        json.dumps({"question": "q", "history": history, "mistake_agent": "assistant",
+                    "mistake_step": "4", "simulated_user": True})
+    )  # fmt: skip
+    record = load_who_and_when_format_record(path, "x")
+    steps = record.trajectory.steps
+    assert [(step.kind, step.agent, step.tool_name) for step in steps] == [
+        (StepKind.HUMAN, "user", None),
+        (StepKind.MESSAGE, "assistant", "get_user_details"),
+        (StepKind.TOOL, "get_user_details", "get_user_details"),
+        (StepKind.TOOL, "get_reservation_details", "get_reservation_details"),
+        (StepKind.MESSAGE, "assistant", "cancel_reservation"),
+        (StepKind.TOOL, "cancel_reservation", "cancel_reservation"),
+        (StepKind.MESSAGE, "assistant", None),
+    ]
+    assert steps[1].tool_arguments == '{"user_id": "ann_1"}'
+    assert steps[4].tool_arguments == '{"id":"AB12"}'
+    assert set(record.trajectory.declared_roster) == {"user", "assistant"}
