@@ -129,6 +129,7 @@ OI_KIND_GUARDRAIL: Final = "GUARDRAIL"
 OI_KIND_EVALUATOR: Final = "EVALUATOR"
 
 OI_MESSAGE_ROLE: Final = "message.role"
+OI_MESSAGE_NAME: Final = "message.name"
 """Suffix after `llm.input_messages.N.` / `llm.output_messages.N.`: the message's role."""
 OI_MESSAGE_CONTENT: Final = "message.content"
 """Suffix after `llm.*_messages.N.`: the message's text."""

@@ -26,6 +26,14 @@ Rules (pure, and independent of the order in which spans arrived):
    invocation (`invoke_agent` / OpenInference AGENT, whose span name stands in when it
    names no agent), else the step's span name.
 6. **Run facts.** `faultfinder.server.run_facts`.
+7. **The user's later turns.** A model call whose input carries the conversation so far
+   shows the turns the user took after the model answered (`MappedSpan.later_user_turns`).
+   Each such turn that answers what a step of this run said, and that no earlier step
+   recorded, becomes a `human` step of agent `user`, placed before the first model call
+   that saw it. A turn that follows an assistant message no step said (few-shot
+   demonstrations in a prompt, an earlier run's answer) is not this run's; one that
+   repeats what a step before it said (a tool's report or another agent's message fed
+   back in the user's role, as ReAct loops and group chats do) is not the user's.
 """
 
 from __future__ import annotations
@@ -84,9 +92,96 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
         (facts for span in step_spans if (facts := mapped[_key(span)]).kind is not StepKind.TOOL),
         None,
     )
-    return trajectory_with_facts(
+    trajectory = trajectory_with_facts(
         run_id, ordered, root, mapped[_key(root)], first_step_facts, step_spans, steps
     )
+    with_turns = _with_later_user_turns(steps, step_spans, mapped)
+    if with_turns is steps:
+        return trajectory
+    return trajectory.model_copy(update={"steps": with_turns})
+
+
+_LABEL_CHARS = 32
+"""At most this much text around an earlier step's words makes a relay of them
+("Observation: …", "census_agent said: …")."""
+_QUOTE_CHARS = 16
+"""A turn at least this long found inside an earlier step's text repeats it; a shorter
+one ("yes", "ok, go ahead") is the user's own."""
+
+
+def _with_later_user_turns(
+    steps: tuple[Step, ...], step_spans: Sequence[SpanRecord], mapped: dict[_SpanKey, MappedSpan]
+) -> tuple[Step, ...]:
+    """`steps` with the user's later turns (rule 7) as `human` steps, re-indexed."""
+    if not any(mapped[_key(span)].later_user_turns for span in step_spans):
+        return steps
+    said: list[str] = []
+    taken: set[str] = set()
+    out: list[Step] = []
+    for step, span in zip(steps, step_spans, strict=True):
+        for answered, text in mapped[_key(span)].later_user_turns:
+            turn = _plain(text)
+            if turn in taken or not _said(_plain(answered), said) or _echoes(turn, said):
+                continue
+            taken.add(turn)
+            out.append(
+                Step(
+                    index=0,
+                    agent=_USER,
+                    kind=StepKind.HUMAN,
+                    content=text,
+                    role="user",
+                    start_time=step.start_time,
+                    end_time=step.start_time,
+                )
+            )
+        out.append(step)
+        said.extend(
+            plain
+            for text in (step.content, step.tool_result, step.tool_arguments)
+            if text and (plain := _plain(text))
+        )
+    if len(out) == len(steps):
+        return steps
+    return tuple(step.model_copy(update={"index": i}) for i, step in enumerate(out))
+
+
+_USER = "user"
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _said(answered: str, said: Sequence[str]) -> bool:
+    """Whether a step of the run said `answered` (the assistant's message a user turn
+    follows): a user answers what the agents said in this run, not an example
+    conversation in a prompt (few-shot demonstrations) or an earlier run's."""
+    if not answered:
+        return False
+    return any(
+        answered == earlier
+        or (
+            min(len(answered), len(earlier)) >= _QUOTE_CHARS
+            and (answered in earlier or earlier in answered)
+        )
+        for earlier in said
+    )
+
+
+def _echoes(turn: str, said: Sequence[str]) -> bool:
+    """Whether `turn` relays what an earlier step said: the same text, that text with a
+    short label around it, mostly that text, or a long enough piece of it."""
+    for earlier in said:
+        if earlier in turn:
+            relayed = len(turn) - len(earlier) <= _LABEL_CHARS and (
+                turn.startswith(earlier) or turn.endswith(earlier)
+            )
+            if relayed or (len(earlier) >= _QUOTE_CHARS and 2 * len(earlier) >= len(turn)):
+                return True
+        elif len(turn) >= _QUOTE_CHARS and turn in earlier:
+            return True
+    return False
 
 
 def _key(span: SpanRecord) -> _SpanKey:

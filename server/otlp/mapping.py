@@ -19,8 +19,10 @@ from faultfinder.server.otlp.messages import (
     OI_FLATTENED_PREFIXES,
     as_text,
     decode_messages,
+    later_user_turns,
     lower,
     messages_text,
+    openinference_later_user_turns,
     openinference_messages_text,
     upper,
 )
@@ -134,6 +136,10 @@ class MappedSpan:
     """The span speaks one of the conventions as a step (explicit step attributes, an
     LLM/tool/agent operation, or content and an agent of its own); plain spans such as
     HTTP client calls are not candidates."""
+    later_user_turns: tuple[tuple[str, str], ...] = ()
+    """A model call's input messages from the user that follow one of the assistant's,
+    each with the assistant's text it answers (`messages.later_user_turns`): the user's
+    turns in a conversation so far."""
 
 
 _OPERATION_KINDS: dict[str, StepKind] = {
@@ -223,6 +229,11 @@ def map_span(span: SpanRecord) -> MappedSpan:
             attrs, c.OI_LLM_INPUT_MESSAGES, role="user", flattened=flattened
         ),
     )
+    later_turns: tuple[tuple[str, str], ...] = ()
+    if kind is StepKind.LLM:
+        later_turns = later_user_turns(input_messages) or openinference_later_user_turns(
+            attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened
+        )
     step_index = _index(attrs.get(c.STEP_INDEX))
     explicit = step_index is not None or any(
         attrs.get(key) is not None for key in (c.STEP_KIND, c.STEP_ROLE, c.STEP_CONTENT)
@@ -255,6 +266,7 @@ def map_span(span: SpanRecord) -> MappedSpan:
             or (convention_kind is not None and not prepares_model_call(attrs, oi_kind, flattened))
             or (named_agent is not None and content is not None)
         ),
+        later_user_turns=later_turns,
     )
 
 

@@ -20,9 +20,11 @@ __all__ = [
     "OI_FLATTENED_PREFIXES",
     "as_text",
     "decode_messages",
+    "later_user_turns",
     "lower",
     "message_text",
     "messages_text",
+    "openinference_later_user_turns",
     "openinference_messages_text",
     "part_text",
     "tool_call_text",
@@ -102,6 +104,34 @@ def messages_text(
         if text is not None:
             texts.append(text)
     return "\n".join(texts) if texts else None
+
+
+_ASSISTANT_ROLES = frozenset({"assistant", "model", "ai"})
+_USER_ROLES = frozenset({"user", "human"})
+
+
+def later_user_turns(messages: list[Any] | None) -> tuple[tuple[str, str], ...]:
+    """The user's messages that follow one of the assistant's, in a model call's input
+    that carries the conversation so far, each with the text of the assistant's message it
+    answers: (answered, turn). A user message with a `name` other than the user's is
+    another participant speaking in the user's role (a group chat's agent), not the user."""
+    turns: list[tuple[str, str]] = []
+    answered: str | None = None
+    for message in messages or ():
+        if not isinstance(message, dict):
+            continue
+        role = lower(message.get("role"))
+        if role in _ASSISTANT_ROLES:
+            answered = message_text(message) or ""
+        elif answered is not None and role in _USER_ROLES and _unnamed(message.get("name")):
+            text = message_text(message)
+            if text and text.strip():
+                turns.append((answered, text))
+    return tuple(turns)
+
+
+def _unnamed(name: object) -> bool:
+    return name is None or (isinstance(name, str) and lower(name) in ("", *_USER_ROLES))
 
 
 def message_text(message: object) -> str | None:
@@ -235,3 +265,29 @@ def _openinference_message_text(fields: Mapping[str, AttributeValue]) -> str | N
             )
         )
     return "\n".join(pieces) if pieces else None
+
+
+def openinference_later_user_turns(
+    attrs: Mapping[str, AttributeValue], prefix: str, *, flattened: bool = True
+) -> tuple[tuple[str, str], ...]:
+    """`later_user_turns` of `prefix.N.message.*` attributes (or of `prefix` as JSON)."""
+    unflattened = attrs.get(prefix)
+    if unflattened is not None:
+        return later_user_turns(decode_messages(unflattened))
+    if not flattened:
+        return ()
+    messages: dict[int, dict[str, AttributeValue]] = {}
+    start = prefix + "."
+    for key, value in attrs.items():
+        if key.startswith(start) and (match := _OI_MESSAGE_KEY.match(key[len(start) :])):
+            messages.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return later_user_turns(
+        [
+            {
+                "role": messages[n].get(c.OI_MESSAGE_ROLE),
+                "name": messages[n].get(c.OI_MESSAGE_NAME),
+                "content": _openinference_message_text(messages[n]),
+            }
+            for n in sorted(messages)
+        ]
+    )

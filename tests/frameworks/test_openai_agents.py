@@ -178,3 +178,48 @@ def test_what_a_tools_own_records_prove_wrong_is_blamed_with_them(
         "shop_agent",
         scenario,
     )
+
+
+def test_a_chat_of_two_turns_in_one_trace_shows_the_customers_reply(pipeline: Pipeline) -> None:
+    """A customer chat traced as one run, as the SDK's `trace()` groups a conversation:
+    the first `Runner.run` looks an order up and answers, the second gets the first's items
+    and the customer's reply. That reply, which reaches the sidecar only inside the second
+    model call's input, is a user step before that call; the tool's report and the agent's
+    own answer, fed back in the same input, are not. Failed, the run is attributed as a
+    conversation."""
+    reply = "That chair is the wrong colour, please cancel it and keep the bottle."
+    llm = ScriptedOpenAI(
+        {
+            harness.SHOP_ROLE: [
+                call("order_details", order_id="#W2611340"),
+                say("Your order #W2611340 holds a Water Bottle and an Office Chair."),
+                say("Done: the Office Chair is cancelled, the Water Bottle stays."),
+            ]
+        }
+    )
+
+    def chat() -> None:
+        agent = shop_agent(llm)
+        with agents.trace("support chat"):
+            first = Runner.run_sync(agent, "What is in my order #W2611340?")
+            Runner.run_sync(agent, [*first.to_input_list(), {"role": "user", "content": reply}])
+
+    before, _, error = pipeline.serving(llm, chat)
+    assert error is None, error
+    assert llm.remaining() == {}
+    run = pipeline.the_run(before, statuses=("complete",))
+    steps = run["trajectory"]["steps"]
+    shown = harness._show(run["trajectory"])
+    humans = [step for step in steps if step["kind"] == "human"]
+    assert [(step["agent"], step["content"]) for step in humans] == [("user", reply)], shown
+    (turn,) = humans
+    later = steps[turn["index"] + 1 :]
+    assert (
+        later and later[0]["kind"] == "llm" and "Office Chair is cancelled" in later[-1]["content"]
+    ), shown
+    assert any(step["kind"] == "tool" for step in steps[: turn["index"]]), shown
+    pipeline.post_outcome(run["id"], outcome="failure")
+    attributed = pipeline.the_run(before, statuses=("attributed",))
+    learned = next(a for a in attributed["attributions"] if a["method"] == "learned")
+    assert learned["details"]["model_group"] == "conversation", learned["details"]
+    assert learned["agent"] == "shop_agent", learned
