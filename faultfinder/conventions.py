@@ -23,6 +23,9 @@ RUN_FINAL_ANSWER: Final = "faultfinder.run.final_answer"
 """The answer the run produced."""
 RUN_FRAMEWORK: Final = "faultfinder.run.framework"
 """The agent framework that produced the run (e.g. `magentic-one`, `ag2`)."""
+RUN_SIMULATED_USER: Final = "faultfinder.run.simulated_user"
+"""`true` when the run's user is simulated and part of the system under test (an
+evaluation harness's user simulator, as in τ-bench): the user's turns may then be blamed."""
 
 STEP_INDEX: Final = "faultfinder.step.index"
 """Explicit 0-based position of the step in its run; wins over time order."""

@@ -32,9 +32,11 @@ class Run(Scope):
         ground_truth: str | None = None,
         run_id: str | None = None,
         framework: str | None = None,
+        simulated_user: bool = False,
     ) -> None:
         super().__init__()
         self.task = task
+        self.simulated_user = simulated_user
         self.ground_truth = ground_truth
         self.explicit_run_id = run_id
         self.framework = framework
@@ -42,7 +44,7 @@ class Run(Scope):
         """`success` / `failure` once decided in the block."""
 
     def _start(self) -> tuple[Span, Context]:
-        attributes: dict[str, str] = {
+        attributes: dict[str, str | bool] = {
             c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_WORKFLOW,
             c.RUN_TASK: self.task,
             c.GEN_AI_INPUT_MESSAGES: text_messages("user", [self.task]),
@@ -53,6 +55,8 @@ class Run(Scope):
             c.RUN_FRAMEWORK: self.framework,
         }
         attributes.update({key: value for key, value in optional.items() if value is not None})
+        if self.simulated_user:
+            attributes[c.RUN_SIMULATED_USER] = True
         # A run is always the root of its own trace (the sidecar's unit of a run); an
         # enclosing span, e.g. the web request that started it, is kept as a link.
         enclosing = trace.get_current_span().get_span_context()
@@ -115,9 +119,19 @@ def run(
     ground_truth: str | None = None,
     run_id: str | None = None,
     framework: str | None = None,
+    simulated_user: bool = False,
 ) -> Run:
-    """`with run(task=…) as r:` — record one run of the agent system (the root span)."""
-    return Run(task, ground_truth=ground_truth, run_id=run_id, framework=framework)
+    """`with run(task=…) as r:` — record one run of the agent system (the root span).
+
+    `simulated_user=True` says the user is simulated and part of the system under test
+    (an evaluation harness's user simulator): its turns may then be blamed."""
+    return Run(
+        task,
+        ground_truth=ground_truth,
+        run_id=run_id,
+        framework=framework,
+        simulated_user=simulated_user,
+    )
 
 
 def current_run() -> Run | None:

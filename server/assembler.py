@@ -34,6 +34,10 @@ Rules (pure, and independent of the order in which spans arrived):
    demonstrations in a prompt, an earlier run's answer) is not this run's; one that
    repeats what a step before it said (a tool's report or another agent's message fed
    back in the user's role, as ReAct loops and group chats do) is not the user's.
+8. **A simulated user.** A run that says `faultfinder.run.simulated_user=true` (an
+   evaluation harness's user simulator) declares its team: every author of a step other
+   than a tool's report or a system prompt, the user included, so the user's turns may
+   be blamed.
 """
 
 from __future__ import annotations
@@ -96,9 +100,18 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
         run_id, ordered, root, mapped[_key(root)], first_step_facts, step_spans, steps
     )
     with_turns = _with_later_user_turns(steps, step_spans, mapped)
+    if trajectory.metadata.get("simulated_user"):
+        # The simulated user is one of the system's participants (rule 8).
+        roster = [step.agent for step in with_turns if step.kind not in _NOT_PARTICIPANTS]
+        metadata = {**trajectory.metadata, "roster": list(dict.fromkeys(roster))}
+        return trajectory.model_copy(update={"steps": with_turns, "metadata": metadata})
     if with_turns is steps:
         return trajectory
     return trajectory.model_copy(update={"steps": with_turns})
+
+
+_NOT_PARTICIPANTS = frozenset({StepKind.TOOL, StepKind.SYSTEM})
+"""Steps whose author is no member of a run's team: a tool's report, a system prompt."""
 
 
 _LABEL_CHARS = 32

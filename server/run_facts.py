@@ -218,6 +218,9 @@ def _metadata(
         "outcome_reason": attribute(c.RUN_OUTCOME_REASON),
     }
     metadata.update({name: value for name, value in optional.items() if value is not None})
+    simulated = attribute(c.RUN_SIMULATED_USER)
+    if simulated is not None and simulated.strip().lower() in ("true", "1", "yes"):
+        metadata["simulated_user"] = True
     label = _label(root, ordered)
     if label:
         metadata["label"] = label

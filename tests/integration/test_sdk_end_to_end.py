@@ -186,3 +186,29 @@ def test_a_customer_conversation_is_scored_by_the_conversation_model(sidecar: Si
         # The customer speaks again after the agent acted: a conversation, scored by the
         # model trained on conversations.
         assert learned.details["model_group"] == "conversation"
+        # The customer is not part of the system: none of its turns can be blamed.
+        probabilities = learned.details["step_probabilities"]
+        assert [p for p, kind in zip(probabilities, kinds, strict=True) if kind == "human"] == [
+            0.0
+        ] * 3
+
+
+def test_a_simulated_customer_is_one_of_the_team_and_its_turns_may_be_blamed(
+    sidecar: Sidecar,
+) -> None:
+    """The same conversation with `run(..., simulated_user=True)`, as an evaluation
+    harness's user simulator says it: the customer is in the run's team, and its turns
+    get a share of the blame."""
+    program = CONVERSATION.replace(
+        'run(task="Cancel my trip to Lisbon.")',
+        'run(task="Cancel my trip to Lisbon.", simulated_user=True)',
+    )
+    run_id = run_python(sidecar, "-c", program).strip().splitlines()[-1]
+    with Client(sidecar.url, API_KEY) as client:
+        got = client.wait_for_run(run_id, "attributed", timeout=60, poll_interval=0.1)
+    kinds = [step.kind for step in got.trajectory.steps]
+    assert set(got.trajectory.metadata["roster"]) == {"customer", "Agent"}
+    (learned,) = [a for a in got.attributions if a.method == "learned" and a.ok]
+    probabilities = learned.details["step_probabilities"]
+    human = [p for p, kind in zip(probabilities, kinds, strict=True) if kind == "human"]
+    assert len(human) == 3 and all(p > 0 for p in human), human
