@@ -176,8 +176,9 @@ def _json_calls(text: str) -> list[tuple[str, str]]:
         function = item.get("function", item) if isinstance(item, dict) else None
         if not isinstance(function, dict):
             return []
-        name, arguments = function.get("name"), function.get("arguments", "")
-        if not isinstance(name, str) or not _NAME.match(name):
+        # A call always carries its arguments: `{"name": "Alice"}` is no call.
+        name, arguments = function.get("name"), function.get("arguments")
+        if not isinstance(name, str) or not _NAME.match(name) or arguments is None:
             return []
         if not isinstance(arguments, str):
             arguments = orjson.dumps(arguments).decode()

@@ -224,14 +224,8 @@ def openinference_messages_text(
         return messages_text(unflattened, role=role)
     if not flattened:
         return None
-    messages: dict[int, dict[str, AttributeValue]] = {}
-    start = prefix + "."
-    for key, value in attrs.items():
-        if key.startswith(start) and (match := _OI_MESSAGE_KEY.match(key[len(start) :])):
-            messages.setdefault(int(match.group(1)), {})[match.group(2)] = value
     texts: list[str] = []
-    for n in sorted(messages):
-        fields = messages[n]
+    for fields in _openinference_messages(attrs, prefix):
         if role is not None and lower(fields.get(c.OI_MESSAGE_ROLE)) != role:
             continue
         text = _openinference_message_text(fields)
@@ -240,6 +234,19 @@ def openinference_messages_text(
         if text is not None:
             texts.append(text)
     return "\n".join(texts) if texts else None
+
+
+def _openinference_messages(
+    attrs: Mapping[str, AttributeValue], prefix: str
+) -> list[dict[str, AttributeValue]]:
+    """The flattened `prefix.N.message.*` attributes as one field map per message, in N
+    order (the `message.` suffixes as keys)."""
+    messages: dict[int, dict[str, AttributeValue]] = {}
+    start = prefix + "."
+    for key, value in attrs.items():
+        if key.startswith(start) and (match := _OI_MESSAGE_KEY.match(key[len(start) :])):
+            messages.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return [messages[n] for n in sorted(messages)]
 
 
 def _openinference_message_text(fields: Mapping[str, AttributeValue]) -> str | None:
@@ -276,18 +283,13 @@ def openinference_later_user_turns(
         return later_user_turns(decode_messages(unflattened))
     if not flattened:
         return ()
-    messages: dict[int, dict[str, AttributeValue]] = {}
-    start = prefix + "."
-    for key, value in attrs.items():
-        if key.startswith(start) and (match := _OI_MESSAGE_KEY.match(key[len(start) :])):
-            messages.setdefault(int(match.group(1)), {})[match.group(2)] = value
     return later_user_turns(
         [
             {
-                "role": messages[n].get(c.OI_MESSAGE_ROLE),
-                "name": messages[n].get(c.OI_MESSAGE_NAME),
-                "content": _openinference_message_text(messages[n]),
+                "role": fields.get(c.OI_MESSAGE_ROLE),
+                "name": fields.get(c.OI_MESSAGE_NAME),
+                "content": _openinference_message_text(fields),
             }
-            for n in sorted(messages)
+            for fields in _openinference_messages(attrs, prefix)
         ]
     )

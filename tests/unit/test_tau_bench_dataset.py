@@ -140,10 +140,12 @@ def test_the_who_and_when_layout_reads_back_as_the_same_calls_reports_and_label(
 
     (expected,) = load_dataset(str(generic))
     read = load_who_and_when_format_record(tmp_path / "ww" / "1.json", "tau-air")
-    assert (
-        "get_user_details"
-        not in json.loads((tmp_path / "ww" / "1.json").read_text())["history"][3].values()
-    )  # the file itself names no tool: the loader read it from the call
+    written = json.loads((tmp_path / "ww" / "1.json").read_text())["history"]
+    # The file names no tool: its reports are all "tool", its calls only text.
+    assert [entry["role"] for entry in written] == [
+        "system", "user", "assistant", "assistant", "tool", "tool", "assistant", "tool",
+        "assistant",
+    ]  # fmt: skip
     fields = ("agent", "kind", "tool_name", "tool_arguments", "content")
     assert [[getattr(step, f) for f in fields] for step in read.trajectory.steps] == [
         [getattr(step, f) for f in fields] for step in expected.trajectory.steps
@@ -159,6 +161,7 @@ def test_a_turn_that_only_mentions_a_call_is_not_taken_for_one(tmp_path: Path) -
         {"role": "assistant", "content": "I looked it up (see the table above)."},
         {"role": "assistant", "content": "lookup([1, 2])"},
         {"role": "assistant", "content": 'Calling lookup({"fare": 1}) then done.'},
+        {"role": "assistant", "content": '{"name": "Alice", "fare": 42}'},
         {"role": "tool", "content": "42"},
     ]
     path = tmp_path / "1.json"
@@ -167,8 +170,8 @@ def test_a_turn_that_only_mentions_a_call_is_not_taken_for_one(tmp_path: Path) -
                     "mistake_step": "1"})
     )  # fmt: skip
     steps = load_who_and_when_format_record(path, "x").trajectory.steps
-    assert [step.tool_name for step in steps] == [None] * 5
-    assert steps[4].agent == "tool"
+    assert [step.tool_name for step in steps] == [None] * 6
+    assert steps[5].agent == "tool"
 
 
 def test_calls_written_as_json_and_reports_under_the_tools_own_names_are_read(
