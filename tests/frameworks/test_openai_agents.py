@@ -3,6 +3,11 @@ tool), traced by openinference-instrumentation-openai-agents."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import agents
@@ -223,3 +228,52 @@ def test_a_chat_of_two_turns_in_one_trace_shows_the_customers_reply(pipeline: Pi
     learned = next(a for a in attributed["attributions"] if a["method"] == "learned")
     assert learned["details"]["model_group"] == "conversation", learned["details"]
     assert learned["agent"] == "shop_agent", learned
+
+
+def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
+    pipeline: Pipeline,
+) -> None:
+    """benchmarks/corpus/programs/openai_agents_chat_replay.py replays a labelled τ-bench
+    conversation through this SDK (`benchmarks/conversations/replay_live.sh`); the labels
+    then move from each recorded step to the live step the program says it became: the
+    n-th model call to the n-th `llm` step, the n-th later customer turn to the n-th user
+    step. Here that premise is checked on a real run: every model call is an `llm` step
+    saying the recorded message or call, in order, every later customer turn a user step,
+    every recorded tool report a tool step."""
+    programs = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
+    sys.path.insert(0, str(programs))
+    try:
+        replay_program = importlib.import_module("openai_agents_chat_replay")
+    finally:
+        sys.path.remove(str(programs))
+    source = programs.parents[1] / "conversations" / "tau-bench-airline.jsonl"
+    record = json.loads(source.read_text(encoding="utf-8").splitlines()[0])
+    recorded = record["steps"]
+    scripted = replay_program.Scripted()
+
+    def chat() -> dict[str, Any]:
+        with scripted.running() as base_url:
+            replayed: dict[str, Any] = asyncio.run(
+                replay_program.replay(record, scripted, base_url)
+            )
+            return replayed
+
+    before = pipeline.run_ids()
+    replayed, error = pipeline.invoke(chat)
+    assert error is None, error
+    assert isinstance(replayed, dict)
+    run = pipeline.the_run(before, statuses=("complete",))
+    steps = run["trajectory"]["steps"]
+    shown = harness._show(run["trajectory"])
+    calls = [step for step in steps if step["kind"] == "llm"]
+    assert len(calls) == len(replayed["calls"]), shown
+    for step, stood_for in zip(calls, replayed["calls"], strict=True):
+        for index in stood_for:
+            said = recorded[index]
+            expected = said.get("tool_name") or " ".join(said["content"].split())[:80]
+            assert expected in " ".join(step["content"].split()), (index, step, shown)
+    humans = [step["content"] for step in steps if step["kind"] == "human"]
+    assert humans == [recorded[index]["content"] for index in replayed["users"]], shown
+    reports = [step["tool_name"] for step in recorded if step["role"] == "tool"]
+    assert [step["tool_name"] for step in steps if step["kind"] == "tool"] == reports, shown
+    assert replayed["left"] == 0
