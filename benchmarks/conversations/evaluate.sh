@@ -4,27 +4,29 @@
 # and the other half (no task in both), the other half both as recorded and as the sidecar
 # received it live (tau-bench-airline-live.jsonl, made by replay_live.sh), as the shipped
 # model is trained; beside first_error, random, the model trained on no conversation at all
-# and the one trained on the recorded half only. Each half is scored in four layouts: as
-# recorded; live; folded (no system step, tool replies folded into their calls;
-# `tau_bench.folded`); and as Who&When-format files (calls and tools named only in the
-# text; `tau_bench.who_and_when_layout`). Writes
-# benchmarks/reports/conversations/<half>[-live|-folded|-who-and-when]/<method>/.
-# Zero-LLM only; about 8 minutes on 2 cores.
+# and the one trained on the recorded half only. Each half is scored in five layouts: as
+# recorded; live through the OpenAI Agents SDK; live through pydantic-ai (never trained
+# on; tau-bench-airline-live-pydantic-ai.jsonl); folded (no system step, tool replies
+# folded into their calls; `tau_bench.folded`); and as Who&When-format files (calls and
+# tools named only in the text; `tau_bench.who_and_when_layout`). Writes
+# benchmarks/reports/conversations/<half>[-live|-live-pydantic-ai|-folded|-who-and-when]/
+# <method>/. Zero-LLM only; about 10 minutes on 2 cores.
 #
 #   bash benchmarks/conversations/evaluate.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 set_=benchmarks/conversations/tau-bench-airline.jsonl
 live=benchmarks/conversations/tau-bench-airline-live.jsonl
+pydantic=benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl
 reports=benchmarks/reports/conversations
 ff=${FF:-.venv/bin/faultfinder}
 python=${PYTHON:-.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$python" - "$set_" "$live" "$work" <<'PY'
+"$python" - "$set_" "$live" "$pydantic" "$work" <<'PY'
 import json, sys
-recorded, live, work = sys.argv[1:]
-for name, source in (("", recorded), ("-live", live)):
+recorded, live, pydantic, work = sys.argv[1:]
+for name, source in (("", recorded), ("-live", live), ("-live-pydantic-ai", pydantic)):
     for half in ("even", "odd"):
         with open(f"{work}/{half}{name}.jsonl", "w", encoding="utf-8") as out:
             for line in open(source, encoding="utf-8"):
@@ -50,7 +52,7 @@ for half in even odd; do
     --out "$work/$half-who-and-when" > /dev/null
   score "$work/$half.jsonl" "$half/learned-no-conversations" learned "$work/none.json"
   score "$work/$half.jsonl" "$half/random" random
-  for layout in "" -live -folded -who-and-when; do
+  for layout in "" -live -live-pydantic-ai -folded -who-and-when; do
     data="$work/$half$layout"
     [ "$layout" = -who-and-when ] || data="$data.jsonl"
     score "$data" "$half$layout/learned" learned "$work/$other.json"
@@ -58,4 +60,4 @@ for half in even odd; do
     score "$data" "$half$layout/first_error" first_error
   done
 done
-echo "reports in $reports/{even,odd}[-live|-folded|-who-and-when]/<method>" >&2
+echo "reports in $reports/{even,odd}[-live|-live-pydantic-ai|-folded|-who-and-when]/<method>" >&2

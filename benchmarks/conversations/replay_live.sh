@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# The labelled conversations (DATASHEET.md) as the sidecar receives them live. Each recorded
-# conversation is replayed through the OpenAI Agents SDK, traced by
-# openinference-instrumentation-openai-agents, into a real `faultfinder serve`
-# (benchmarks/corpus/programs/openai_agents_chat_replay.py; the model is a scripted
-# OpenAI-compatible server serving the recorded messages, not a model). The people's labels
-# move to the live steps (`faultfinder.benchmarks.datasets.tau_bench_live`) and are posted
-# with `POST /api/runs/{id}/labels`; the labelled runs are exported with `faultfinder dataset
-# export` as tau-bench-airline-live.jsonl, which evaluate.sh scores and the shipped model is
-# trained on. About 2 minutes on 2 cores; needs the OpenAI Agents SDK's environment
+# The labelled conversations (DATASHEET.md) as the sidecar receives them live, through one
+# agent framework and its own instrumentation: FRAMEWORK=openai-agents (the default; the
+# OpenAI Agents SDK traced by openinference-instrumentation-openai-agents) or pydantic-ai
+# (traced by its own instrumentation). Each recorded conversation is replayed into a real
+# `faultfinder serve` (benchmarks/corpus/programs/<framework>_chat_replay.py; the model is a
+# scripted OpenAI-compatible server serving the recorded messages, not a model). The
+# people's labels move to the live steps (`faultfinder.benchmarks.datasets.tau_bench_live`)
+# and are posted with `POST /api/runs/{id}/labels`; the labelled runs are exported with
+# `faultfinder dataset export` as tau-bench-airline-live.jsonl (openai-agents; evaluate.sh
+# scores it and the shipped model is trained on it) or
+# tau-bench-airline-live-pydantic-ai.jsonl (scored only, never trained on). About 2
+# minutes on 2 cores; needs the framework's environment
 # (.venv/bin/nox -s "conformance(framework='openai-agents')" --install-only).
 #
 #   bash benchmarks/conversations/replay_live.sh
+#   FRAMEWORK=pydantic-ai bash benchmarks/conversations/replay_live.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+framework=${FRAMEWORK:-openai-agents}
+case "$framework" in
+  openai-agents)
+    live=benchmarks/conversations/tau-bench-airline-live.jsonl
+    suffix=live
+    ;;
+  pydantic-ai)
+    live=benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl
+    suffix=live-pydantic-ai
+    ;;
+  *)
+    echo "replay_live.sh: FRAMEWORK is openai-agents or pydantic-ai, not $framework" >&2
+    exit 2
+    ;;
+esac
 set_=benchmarks/conversations/tau-bench-airline.jsonl
-live=benchmarks/conversations/tau-bench-airline-live.jsonl
 ff=${FF:-.venv/bin/faultfinder}
 python=${PYTHON:-.venv/bin/python}
-agents_python=.nox/conformance-framework-openai-agents/bin/python
+framework_python=.nox/conformance-framework-$framework/bin/python
 work=$(mktemp -d)
 serve_pid=
 cleanup() {
@@ -26,9 +44,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ ! -x "$agents_python" ]; then
-  echo "replay_live.sh: no OpenAI Agents SDK environment; build it with" \
-    ".venv/bin/nox -s \"conformance(framework='openai-agents')\" --install-only" >&2
+if [ ! -x "$framework_python" ]; then
+  echo "replay_live.sh: no $framework environment; build it with" \
+    ".venv/bin/nox -s \"conformance(framework='$framework')\" --install-only" >&2
   exit 1
 fi
 port=${PORT:-4391}
@@ -40,9 +58,9 @@ for _ in $(seq 120); do
   curl -fs "http://127.0.0.1:$port/readyz" > /dev/null 2>&1 && break
   sleep 0.5
 done
-echo "== replaying the conversations through the OpenAI Agents SDK" >&2
+echo "== replaying the conversations through $framework" >&2
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:$port/v1/traces" \
-  "$agents_python" benchmarks/corpus/programs/openai_agents_chat_replay.py "$set_" \
+  "$framework_python" "benchmarks/corpus/programs/${framework//-/_}_chat_replay.py" "$set_" \
   > "$work/replayed.jsonl"
 echo "== carrying the labels over" >&2
 "$python" -m faultfinder.benchmarks.datasets.tau_bench_live label "$set_" \
@@ -52,4 +70,4 @@ wait "$serve_pid" || true
 serve_pid=
 "$ff" dataset export --database "$database" --out "$work/exported.jsonl"
 "$python" -m faultfinder.benchmarks.datasets.tau_bench_live name "$work/exported.jsonl" \
-  "$set_" --out "$live"
+  "$set_" --out "$live" --suffix "$suffix"

@@ -1,6 +1,7 @@
 """τ-bench conversations as the sidecar receives them live: the people's labels carried
-over to the runs that `openai_agents_chat_replay.py` replayed through the OpenAI Agents
-SDK into a sidecar, and the exported runs given back their record's id and half.
+over to the runs replayed through an agent framework into a sidecar
+(benchmarks/corpus/programs/`openai_agents_chat_replay.py`, `pydantic_ai_chat_replay.py`),
+and the exported runs given back their record's id and half.
 
 The replay says, for each record, which recorded steps each model call stood for and
 which recorded steps were the customer's later turns. In the sidecar's trajectory of the
@@ -15,7 +16,8 @@ step the sidecar's trajectory does not show is reported and left out, never gues
 
     python -m faultfinder.benchmarks.datasets.tau_bench_live label RECORDS REPLAYED \
         --sidecar http://127.0.0.1:4318
-    python -m faultfinder.benchmarks.datasets.tau_bench_live name EXPORTED RECORDS --out F
+    python -m faultfinder.benchmarks.datasets.tau_bench_live name EXPORTED RECORDS --out F \
+        [--suffix live]
 """
 
 from __future__ import annotations
@@ -96,9 +98,12 @@ def label(records_path: Path, replayed_path: Path, sidecar: str) -> int:
 
 
 def name_exported(
-    exported: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]]
+    exported: Sequence[Mapping[str, Any]],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    suffix: str = "live",
 ) -> list[dict[str, Any]]:
-    """The exported runs with their record's id (`…/live`), dataset, subset (the half)
+    """The exported runs with their record's id (`…/<suffix>`), dataset, subset (the half)
     and framework, so that they split and read as the recorded ones do."""
     by_id = {record["id"]: record for record in records}
     named: list[dict[str, Any]] = []
@@ -108,7 +113,7 @@ def name_exported(
         named.append(
             {
                 **line,
-                "id": f"{record['id']}/live",
+                "id": f"{record['id']}/{suffix}",
                 "dataset": record.get("dataset"),
                 "subset": record["subset"],
                 "framework": record.get("framework"),
@@ -133,12 +138,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     naming.add_argument("exported", type=Path)
     naming.add_argument("records", type=Path)
     naming.add_argument("--out", type=Path, required=True)
+    naming.add_argument("--suffix", default="live", help="appended to each record's id")
     args = parser.parse_args(argv)
     if args.command == "label":
         posted = label(args.records, args.replayed, args.sidecar)
         print(f"{posted} labels posted", file=sys.stderr)
         return
-    named = name_exported(_lines(args.exported), _lines(args.records))
+    named = name_exported(_lines(args.exported), _lines(args.records), suffix=args.suffix)
     with args.out.open("w", encoding="utf-8") as out:
         for line in named:
             out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")

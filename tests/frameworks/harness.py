@@ -564,3 +564,28 @@ def check_attributions(detail: Mapping[str, Any], *, ground_truth: str | None) -
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def check_replayed_conversation(
+    trajectory: Mapping[str, Any],
+    recorded: Sequence[Mapping[str, Any]],
+    replayed: Mapping[str, Any],
+) -> None:
+    """Assert a τ-bench conversation replayed by benchmarks/corpus/programs/chat_replay.py
+    came out as the replay says it did: every model call an `llm` step saying the recorded
+    message or call, in order; every later customer turn that reached a model call a user
+    step, in order; every recorded tool report a tool step; no recorded report left over."""
+    steps = trajectory["steps"]
+    shown = _show(trajectory)
+    calls = [step for step in steps if step["kind"] == "llm"]
+    assert len(calls) == len(replayed["calls"]), shown
+    for step, stood_for in zip(calls, replayed["calls"], strict=True):
+        for index in stood_for:
+            said = recorded[index]
+            expected = said.get("tool_name") or " ".join(said["content"].split())[:80]
+            assert expected in " ".join(step["content"].split()), (index, step, shown)
+    humans = [step["content"] for step in steps if step["kind"] == "human"]
+    assert humans == [recorded[index]["content"] for index in replayed["users"]], shown
+    reports = [step["tool_name"] for step in recorded if step["role"] == "tool"]
+    assert [step["tool_name"] for step in steps if step["kind"] == "tool"] == reports, shown
+    assert replayed["left"] == 0

@@ -1,11 +1,14 @@
 """τ-bench conversations as the sidecar received them live (replayed through the OpenAI
-Agents SDK): each person's label carried to the live step that says the same turn, and the
-live runs read as conversations whose simulated customer may be blamed."""
+Agents SDK and through pydantic-ai): each person's label carried to the live step that says
+the same turn, and the live runs read as conversations whose simulated customer may be
+blamed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from faultfinder.attributors.learned.blame import blameable_agents
 from faultfinder.attributors.learned.step_model import is_conversation
@@ -15,7 +18,10 @@ from faultfinder.benchmarks.datasets.tau_bench_live import live_steps, name_expo
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "benchmarks/conversations/tau-bench-airline.jsonl"
-LIVE = REPO / "benchmarks/conversations/tau-bench-airline-live.jsonl"
+LIVE = {
+    "live": REPO / "benchmarks/conversations/tau-bench-airline-live.jsonl",
+    "live-pydantic-ai": REPO / "benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl",
+}
 
 
 def _words(text: str) -> str:
@@ -46,13 +52,14 @@ def test_exported_runs_get_their_records_id_and_half_back() -> None:
     assert (named["id"], named["subset"], named["framework"]) == ("r1/live", "air/odd-tasks", "air")
 
 
-def test_the_committed_live_set_labels_the_turn_the_people_labelled() -> None:
+@pytest.mark.parametrize("suffix", sorted(LIVE))
+def test_the_committed_live_sets_label_the_turn_the_people_labelled(suffix: str) -> None:
     recorded = {record.record_id: record for record in load_dataset(str(RECORDED))}
-    live = list(load_dataset(str(LIVE)))
+    live = list(load_dataset(str(LIVE[suffix])))
     # One label is on the customer's last word (###STOP###), which reaches no model call.
     assert len(live) == len(recorded) - 1
     for record in live:
-        source = recorded[record.record_id.removesuffix("/live")]
+        source = recorded[record.record_id.removesuffix(f"/{suffix}")]
         said = source.trajectory.steps[source.gold.step]
         step = record.trajectory.steps[record.gold.step]
         assert record.gold.agent == source.gold.agent == step.agent

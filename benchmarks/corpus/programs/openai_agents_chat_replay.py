@@ -3,20 +3,8 @@ openinference-instrumentation-openai-agents, so that the sidecar receives them a
 receive a live customer chat: one `Runner.run` per customer turn inside one `trace()`, the
 customer's later turns only inside the model calls' inputs, each tool call a tool span.
 
-The model is a scripted OpenAI-compatible server on loopback (not a model): for each model
-call it serves the recorded assistant message (its text and its tool calls), in order; a
-function tool per recorded tool name returns the recorded report. When the recorded
-assistant handed back to the customer after a tool call without saying anything, the SDK
-still asks the model once more; that call is served an empty answer (a `filler`). The
-customer's last turn, when nothing answered it (τ-bench's `###STOP###`), reaches no model
-call, as in a live chat that ends there.
-
-Input: generic labelled records (`faultfinder.labelled-trajectory/1`, τ-bench layout:
-a system step, user turns, an assistant step per tool call, each tool's report a step).
-For each record it writes one JSON line to stdout: the record's id, the trace id of its
-run, which recorded steps each model call stood for (`calls`, in order; `[]` for a
-filler), the recorded steps of the customer's later turns that reached a model call
-(`users`) and of their first (`task`).
+The model is the scripted server of `chat_replay` (not a model); a function tool per
+recorded tool name returns the recorded report. Input and output: `chat_replay`.
 
     python openai_agents_chat_replay.py RECORDS.jsonl > replayed.jsonl
 
@@ -25,199 +13,25 @@ Spans go wherever the standard OTLP environment variables point (`corpus_tracing
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-import threading
-from collections import defaultdict, deque
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import agents
+import chat_replay
 from agents import Agent, FunctionTool, ModelSettings, OpenAIChatCompletionsModel, Runner
+from chat_replay import Scripted, recorded_report
 from corpus_tracing import tracer_provider
 from openai import AsyncOpenAI
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-
-SIMULATED_USER = "faultfinder.run.simulated_user"
-"""Said on the run's root span: the customer is part of the system under test."""
-
-
-@dataclass
-class Message:
-    """One recorded assistant message: its text, its tool calls and the steps they were."""
-
-    text: str
-    calls: list[tuple[str, str]] = field(default_factory=list)
-    """(tool name, arguments JSON) in order."""
-    steps: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Conversation:
-    """A record cut into what the replay needs."""
-
-    instructions: str
-    task: str
-    task_step: int
-    segments: list[list[Message]]
-    """The assistant's messages after the first customer turn, then after each later one."""
-    users: list[tuple[int, str]]
-    """The customer's later turns: (recorded step, text)."""
-    reports: dict[str, deque[tuple[str, str]]]
-    """Tool name → its recorded (arguments, report) in order."""
-
-
-def _call_text(step: Mapping[str, Any]) -> str:
-    """The assistant's own words of a call step (the layout appends `name(arguments)`)."""
-    content = str(step.get("content") or "")
-    suffix = f"{step.get('tool_name')}({step.get('tool_arguments') or ''})"
-    return content[: -len(suffix)].strip() if content.endswith(suffix) else content
-
-
-def conversation(record: Mapping[str, Any]) -> Conversation:
-    steps: Sequence[Mapping[str, Any]] = record["steps"]
-    instructions = "\n".join(str(s.get("content") or "") for s in steps if s["role"] == "system")
-    segments: list[list[Message]] = []
-    users: list[tuple[int, str]] = []
-    reports: dict[str, deque[tuple[str, str]]] = defaultdict(deque)
-    task, task_step = "", -1
-    pending: list[tuple[str, str]] = []
-    for index, step in enumerate(steps):
-        role = step["role"]
-        if role == "user":
-            if task_step < 0:
-                task, task_step = str(step.get("content") or ""), index
-            else:
-                users.append((index, str(step.get("content") or "")))
-            segments.append([])
-        elif role == "agent" and segments:
-            name = step.get("tool_name")
-            current = segments[-1]
-            if name:
-                arguments = str(step.get("tool_arguments") or "{}")
-                # Calls of one message are consecutive steps with no report between them.
-                joins = current and current[-1].calls and steps[index - 1]["role"] == "agent"
-                if not joins:
-                    current.append(Message(text=_call_text(step)))
-                current[-1].calls.append((str(name), arguments))
-                current[-1].steps.append(index)
-                pending.append((str(name), arguments))
-            else:
-                current.append(Message(text=str(step.get("content") or ""), steps=[index]))
-        elif role == "tool":
-            name = str(step.get("tool_name") or step.get("agent") or "tool")
-            arguments = next((a for n, a in pending if n == name), "{}")
-            if (name, arguments) in pending:
-                pending.remove((name, arguments))
-            reports[name].append((arguments, str(step.get("content") or "")))
-    return Conversation(instructions, task, task_step, segments, users, reports)
-
-
-class Scripted:
-    """The scripted chat-completions server: serves the queued messages in order."""
-
-    def __init__(self) -> None:
-        self.queue: deque[Message] = deque()
-        self.served: list[list[int]] = []
-        self.lock = threading.Lock()
-        self.ids = iter(range(1, 10**9))
-
-    def next_reply(self) -> dict[str, Any]:
-        with self.lock:
-            message = self.queue.popleft() if self.queue else Message(text="")
-            self.served.append(list(message.steps))
-            number = next(self.ids)
-        reply: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-        if message.calls:
-            reply["tool_calls"] = [
-                {
-                    "id": f"call_{number}_{i}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-                for i, (name, arguments) in enumerate(message.calls)
-            ]
-        elif not message.text:
-            reply["content"] = ""
-        return {
-            "id": f"chatcmpl-{number}",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "scripted",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": reply,
-                    "finish_reason": "tool_calls" if message.calls else "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-
-    @contextmanager
-    def running(self) -> Iterator[str]:
-        scripted = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                data = json.dumps(scripted.next_reply()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            host, port = server.server_address[:2]
-            yield f"http://{host!s}:{port}/v1"
-        finally:
-            server.shutdown()
-            server.server_close()
-
-
-class Traces(SpanProcessor):
-    """Marks each root span as a run with a simulated user and remembers its trace id."""
-
-    def __init__(self) -> None:
-        self.trace_ids: list[str] = []
-
-    def on_start(self, span: Span, parent_context: Any = None) -> None:
-        if span.parent is None:
-            span.set_attribute(SIMULATED_USER, True)
-            self.trace_ids.append(format(span.context.trace_id, "032x"))
-
-    def on_end(self, span: ReadableSpan) -> None:
-        pass
 
 
 def tool(name: str, reports: dict[str, deque[tuple[str, str]]]) -> FunctionTool:
-    """A function tool answering with the recorded report of a call with these arguments
-    (or, failing that, the next recorded report of this tool)."""
+    """A function tool answering with the recorded report (`chat_replay.recorded_report`)."""
 
     async def invoke(context: Any, arguments: str) -> str:
-        queue = reports[name]
-        wanted = _canonical(arguments)
-        for position, (recorded, report) in enumerate(queue):
-            if _canonical(recorded) == wanted:
-                del queue[position]
-                return report
-        return queue.popleft()[1] if queue else ""
+        report: str = recorded_report(reports, name, arguments)
+        return report
 
     return FunctionTool(
         name=name,
@@ -228,15 +42,8 @@ def tool(name: str, reports: dict[str, deque[tuple[str, str]]]) -> FunctionTool:
     )
 
 
-def _canonical(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True)
-    except ValueError:
-        return arguments
-
-
 async def replay(record: Mapping[str, Any], scripted: Scripted, base_url: str) -> dict[str, Any]:
-    chat = conversation(record)
+    chat = chat_replay.conversation(record)
     client = AsyncOpenAI(base_url=base_url, api_key="scripted", max_retries=0)
     agent = Agent(
         name="assistant",
@@ -247,43 +54,25 @@ async def replay(record: Mapping[str, Any], scripted: Scripted, base_url: str) -
     )
     scripted.served = []
     history: list[Any] = []
-    turns = [(chat.task_step, chat.task), *chat.users]
     asked: list[int] = []
     with agents.trace(f"chat {record['id']}"):
-        for number, ((step, text), segment) in enumerate(zip(turns, chat.segments, strict=True)):
-            if not segment and number == len(turns) - 1:
-                # The customer's last word (τ-bench's ###STOP###) reaches no model call.
-                break
+        for step, text, segment in chat_replay.turns_to_ask(chat):
             asked.append(step)
             scripted.queue = deque(segment)
             history.append({"role": "user", "content": text})
             result = await Runner.run(agent, history, max_turns=200)
             history = result.to_input_list()
-    return {
-        "id": record["id"],
-        "calls": scripted.served,
-        "users": asked[1:],
-        "task": chat.task_step,
-        "left": sum(len(queue) for queue in chat.reports.values()),
-    }
+    line: dict[str, Any] = chat_replay.replayed(record, chat, scripted, asked)
+    return line
 
 
 def main() -> None:
     agents.set_trace_processors([])
-    traces = Traces()
+    traces = chat_replay.Traces()
     provider = tracer_provider("tau-bench-replay")
     provider.add_span_processor(traces)
     OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
-    scripted = Scripted()
-    lines = Path(sys.argv[1]).read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    with scripted.running() as base_url:
-        for number, record in enumerate(records, 1):
-            before = len(traces.trace_ids)
-            replayed = asyncio.run(replay(record, scripted, base_url))
-            replayed["trace_ids"] = traces.trace_ids[before:]
-            print(json.dumps(replayed), flush=True)
-            print(f"replayed {number}/{len(records)} {record['id']}", file=sys.stderr, flush=True)
+    chat_replay.main(replay, traces)
     provider.shutdown()
 
 
