@@ -85,8 +85,26 @@ def output_value(attrs: Mapping[str, AttributeValue]) -> str | None:
     decoded = json_object(text)
     unwrapped = _unwrapped_text(decoded, depth=0) if decoded is not None else None
     if unwrapped is None:
+        unwrapped = _messages_text(text)
+    if unwrapped is None:
         unwrapped = _json_string(attrs, text)
     return text if unwrapped is None else unwrapped
+
+
+def _messages_text(text: str) -> str | None:
+    """The text of an `output.value` that is a list of serialised chat messages (each an
+    object with a `role`: the OpenAI Agents SDK's output of a model call), their texts and
+    tool calls joined; blank when they say nothing (an empty answer is no JSON to show).
+    None when the value is anything else."""
+    if not text.lstrip().startswith("["):
+        return None
+    try:
+        decoded = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not decoded or not all(isinstance(item, dict) and "role" in item for item in decoded):
+        return None
+    return "\n".join(said for item in decoded if (said := message_text(item)))
 
 
 def _json_string(attrs: Mapping[str, AttributeValue], text: str) -> str | None:

@@ -157,6 +157,29 @@ def test_openinference_llm_span_reads_flattened_messages() -> None:
     assert facts.model == "llama-3"
 
 
+def test_an_empty_model_answer_is_blank_not_its_serialised_message() -> None:
+    # As openinference-instrumentation-openai-agents records a model call that answered
+    # nothing: no content attribute, `output.value` the chat-completions message list.
+    empty = json.dumps([{"content": "", "refusal": None, "role": "assistant", "tool_calls": None}])
+    facts = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            "llm.output_messages.0.message.role": "assistant",
+            c.OI_OUTPUT_VALUE: empty,
+            c.OI_OUTPUT_MIME_TYPE: "application/json",
+        }
+    )
+    assert facts.kind is StepKind.LLM and facts.content == ""
+    said = json.dumps([{"role": "assistant", "content": "Done."}])
+    assert mapped({c.OPENINFERENCE_SPAN_KIND: "LLM", c.OI_OUTPUT_VALUE: said}).content == "Done."
+    # A tool's JSON list that is no list of messages stays as it is.
+    rows = json.dumps([{"flight": "HAT069"}, {"flight": "HAT136"}])
+    tool = mapped(
+        {c.OPENINFERENCE_SPAN_KIND: "TOOL", c.OI_TOOL_NAME: "search", c.OI_OUTPUT_VALUE: rows}
+    )
+    assert tool.tool_result == rows
+
+
 def test_openinference_tool_span_takes_tool_fields_and_output_value() -> None:
     facts = mapped(
         {
