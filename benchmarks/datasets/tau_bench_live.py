@@ -66,10 +66,17 @@ def _run(client: httpx.Client, run_id: str) -> dict[str, Any]:
 def label(records_path: Path, replayed_path: Path, sidecar: str) -> int:
     """Post each record's label to its replayed run; returns how many were posted."""
     records = {r["id"]: r for r in _lines(records_path)}
+    replays = _lines(replayed_path)
     posted = 0
     with httpx.Client(base_url=sidecar, timeout=30) as client:
-        for replayed in _lines(replayed_path):
+        for number, replayed in enumerate(replays, start=1):
+            print(f"labelling {number}/{len(replays)}", file=sys.stderr, flush=True)
             record = records[replayed["id"]]
+            if len(replayed["trace_ids"]) != 1:
+                raise SystemExit(
+                    f"{record['id']}: replayed as {len(replayed['trace_ids'])} traces, not one "
+                    "run (the replay must group a conversation under one root span)"
+                )
             (run_id,) = replayed["trace_ids"]
             run = _run(client, run_id)
             steps = run["trajectory"]["steps"]

@@ -9,8 +9,8 @@ layout: a system step, user turns, an assistant step per tool call, each tool's 
 step). A replay program writes one JSON line a record (`replayed`): the record's id, the
 trace id of its run, which recorded steps each model call stood for (`calls`, in order;
 `[]` for a filler: when the recorded assistant handed back to the customer after a tool
-call without a word, the framework still asks the model once more and is served an empty
-answer), the recorded steps of the customer's later turns that reached a model call
+call without a word, the framework still asks the model once more and is served a blank
+answer, `FILLER`), the recorded steps of the customer's later turns that reached a model call
 (`users`) and of their first (`task`). The customer's last turn, when nothing answered it
 (τ-bench's `###STOP###`), reaches no model call, as in a live chat that ends there.
 """
@@ -36,7 +36,9 @@ FILLER = " "
 takes an empty answer for no answer and asks again)."""
 
 SIMULATED_USER = "faultfinder.run.simulated_user"
-"""Said on the run's root span: the customer is part of the system under test."""
+"""Said on the run's root span: the customer is part of the system under test
+(`faultfinder.conventions.RUN_SIMULATED_USER`, spelled out: a framework's environment holds
+no faultfinder code)."""
 
 
 @dataclass
@@ -72,6 +74,8 @@ def _call_text(step: Mapping[str, Any]) -> str:
 
 
 def conversation(record: Mapping[str, Any]) -> Conversation:
+    """`record` cut into its customer's turns, the assistant's messages after each, and each
+    tool's recorded reports."""
     steps: Sequence[Mapping[str, Any]] = record["steps"]
     instructions = "\n".join(str(s.get("content") or "") for s in steps if s["role"] == "system")
     segments: list[list[Message]] = []
