@@ -4,13 +4,13 @@
 # and the other half (no task in both), the other half both as recorded and as the sidecar
 # received it live (tau-bench-airline-live.jsonl, made by replay_live.sh), as the shipped
 # model is trained; beside first_error, random, the model trained on no conversation at all
-# and the one trained on the recorded half only. Each half is scored in five layouts: as
-# recorded; live through the OpenAI Agents SDK; live through pydantic-ai (never trained
-# on; tau-bench-airline-live-pydantic-ai.jsonl); folded (no system step, tool replies
+# and the one trained on the recorded half only. Each half is scored in six layouts: as
+# recorded; live through the OpenAI Agents SDK; live through pydantic-ai and through
+# LangGraph (never trained on; tau-bench-airline-live-<framework>.jsonl); folded (no system step, tool replies
 # folded into their calls; `tau_bench.folded`); and as Who&When-format files (calls and
 # tools named only in the text; `tau_bench.who_and_when_layout`). Writes
-# benchmarks/reports/conversations/<half>[-live|-live-pydantic-ai|-folded|-who-and-when]/
-# <method>/. Zero-LLM only; about 10 minutes on 2 cores.
+# benchmarks/reports/conversations/<half>[-live[-pydantic-ai|-langgraph]|-folded|
+# -who-and-when]/<method>/. Zero-LLM only; about 12 minutes on 2 cores.
 #
 #   bash benchmarks/conversations/evaluate.sh
 set -euo pipefail
@@ -18,15 +18,18 @@ cd "$(dirname "$0")/../.."
 set_=benchmarks/conversations/tau-bench-airline.jsonl
 live=benchmarks/conversations/tau-bench-airline-live.jsonl
 pydantic=benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl
+langgraph=benchmarks/conversations/tau-bench-airline-live-langgraph.jsonl
 reports=benchmarks/reports/conversations
 ff=${FF:-.venv/bin/faultfinder}
 python=${PYTHON:-.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$python" - "$set_" "$live" "$pydantic" "$work" <<'PY'
+"$python" - "$set_" "$live" "$pydantic" "$langgraph" "$work" <<'PY'
 import json, sys
-recorded, live, pydantic, work = sys.argv[1:]
-for name, source in (("", recorded), ("-live", live), ("-live-pydantic-ai", pydantic)):
+recorded, live, pydantic, langgraph, work = sys.argv[1:]
+sets = (("", recorded), ("-live", live), ("-live-pydantic-ai", pydantic),
+        ("-live-langgraph", langgraph))
+for name, source in sets:
     for half in ("even", "odd"):
         with open(f"{work}/{half}{name}.jsonl", "w", encoding="utf-8") as out:
             for line in open(source, encoding="utf-8"):
@@ -52,7 +55,7 @@ for half in even odd; do
     --out "$work/$half-who-and-when" > /dev/null
   score "$work/$half.jsonl" "$half/learned-no-conversations" learned "$work/none.json"
   score "$work/$half.jsonl" "$half/random" random
-  for layout in "" -live -live-pydantic-ai -folded -who-and-when; do
+  for layout in "" -live -live-pydantic-ai -live-langgraph -folded -who-and-when; do
     data="$work/$half$layout"
     [ "$layout" = -who-and-when ] || data="$data.jsonl"
     score "$data" "$half$layout/learned" learned "$work/$other.json"
@@ -60,4 +63,5 @@ for half in even odd; do
     score "$data" "$half$layout/first_error" first_error
   done
 done
-echo "reports in $reports/{even,odd}[-live|-live-pydantic-ai|-folded|-who-and-when]/<method>" >&2
+echo "reports in $reports/{even,odd}[-live[-pydantic-ai|-langgraph]|-folded|-who-and-when]/" \
+  "<method>" >&2

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The labelled conversations (DATASHEET.md) as the sidecar receives them live, through one
 # agent framework and its own instrumentation: FRAMEWORK=openai-agents (the default; the
-# OpenAI Agents SDK traced by openinference-instrumentation-openai-agents) or pydantic-ai
-# (traced by its own instrumentation). Each recorded conversation is replayed into a real
+# OpenAI Agents SDK traced by openinference-instrumentation-openai-agents), pydantic-ai
+# (traced by its own instrumentation) or langgraph (`create_react_agent`, traced by
+# openinference-instrumentation-langchain). Each recorded conversation is replayed into a real
 # `faultfinder serve` (benchmarks/corpus/programs/<framework>_chat_replay.py; the model is a
 # scripted OpenAI-compatible server serving the recorded messages, not a model). The
 # people's labels move to the live steps (`faultfinder.benchmarks.datasets.tau_bench_live`)
 # and are posted with `POST /api/runs/{id}/labels`; the labelled runs are exported with
 # `faultfinder dataset export` as tau-bench-airline-live.jsonl (openai-agents; evaluate.sh
 # scores it and the shipped model is trained on it) or
-# tau-bench-airline-live-pydantic-ai.jsonl (scored only, never trained on). About 2
+# tau-bench-airline-live-<framework>.jsonl (scored only, never trained on). About 2
 # minutes on 2 cores; needs the framework's environment
 # (.venv/bin/nox -s "conformance(framework='openai-agents')" --install-only).
 #
@@ -23,12 +24,13 @@ case "$framework" in
     live=benchmarks/conversations/tau-bench-airline-live.jsonl
     suffix=live
     ;;
-  pydantic-ai)
-    live=benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl
-    suffix=live-pydantic-ai
+  pydantic-ai | langgraph)
+    live=benchmarks/conversations/tau-bench-airline-live-$framework.jsonl
+    suffix=live-$framework
     ;;
   *)
-    echo "replay_live.sh: FRAMEWORK is openai-agents or pydantic-ai, not $framework" >&2
+    echo "replay_live.sh: FRAMEWORK is openai-agents, pydantic-ai or langgraph, not" \
+      "$framework" >&2
     exit 2
     ;;
 esac

@@ -9,7 +9,9 @@ run, the model calls are its `llm` steps in order and the customer's later turns
 `user` (human) steps in order, so a label moves to:
 - a customer turn: the user step that turn became;
 - an assistant message or a tool call: the `llm` step of the model call that said it (the
-  decision, not the tool's execution that followed).
+  decision, not the tool's execution that followed), under the name the framework gives
+  the run's one agent (`assistant` as the SDKs name it, `agent` as LangGraph's
+  `create_react_agent` names its node).
 
 A label on the customer's first turn (the run's task, no step of a live run) or one whose
 step the sidecar's trajectory does not show is reported and left out, never guessed.
@@ -86,13 +88,15 @@ def label(records_path: Path, replayed_path: Path, sidecar: str) -> int:
                 where = "the task" if gold["step"] == replayed["task"] else "no live step"
                 print(f"left out {record['id']}: label step {gold['step']} is {where}")
                 continue
-            if steps[step]["agent"] != gold["agent"]:
+            agent = steps[step]["agent"]
+            if (agent == "user") != (gold["agent"] == "user"):
                 raise SystemExit(
                     f"{record['id']}: label agent {gold['agent']!r}, live step {step} is "
-                    f"{steps[step]['agent']!r}"
+                    f"{agent!r}"
                 )
             body = {
-                "agent": gold["agent"],
+                # The assistant is whatever the framework calls the run's one agent.
+                "agent": agent,
                 "step": step,
                 "mode": gold.get("mode"),
                 "reason": gold.get("reason"),

@@ -4,6 +4,11 @@ openinference-instrumentation-langchain."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -148,3 +153,44 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
     assert sorted(run["agents"]) == ["researcher", "writer"], run["agents"]
     failed = harness.failed_tool_step(run, "researcher")
     assert TIMED_OUT in (failed["error"] or "")
+
+
+def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
+    pipeline: Pipeline,
+) -> None:
+    """benchmarks/corpus/programs/langgraph_chat_replay.py replays a labelled τ-bench
+    conversation through a `create_react_agent` (`FRAMEWORK=langgraph
+    benchmarks/conversations/replay_live.sh`): one invocation per customer turn, given the
+    messages so far, under one span of the service's own. The conversation chosen ends in
+    `transfer_to_human_agents`, which openinference-instrumentation-langchain marks as an
+    AGENT span (a handoff tool): it must still be the agent's tool call, not a turn of an
+    agent named after LangGraph's `tools` node. And the customer's later turns, read from
+    LangChain's messages in the model calls' inputs, are user steps."""
+    programs = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
+    sys.path.insert(0, str(programs))
+    try:
+        replay_program = importlib.import_module("langgraph_chat_replay")
+        chat_replay = importlib.import_module("chat_replay")
+    finally:
+        sys.path.remove(str(programs))
+    source = programs.parents[1] / "conversations" / "tau-bench-airline.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    record = next(json.loads(line) for line in lines if '"id":"tau-airline-1-t2"' in line)
+    recorded = record["steps"]
+    assert any(step.get("tool_name") == "transfer_to_human_agents" for step in recorded)
+    scripted = chat_replay.Scripted()
+    replay = replay_program.replayer(pipeline.provider.get_tracer("support-chat"))
+
+    def chat() -> dict[str, Any]:
+        with scripted.running() as base_url:
+            replayed: dict[str, Any] = asyncio.run(replay(record, scripted, base_url))
+            return replayed
+
+    before = pipeline.run_ids()
+    replayed, error = pipeline.invoke(chat)
+    assert error is None, error
+    assert isinstance(replayed, dict)
+    run = pipeline.the_run(before, statuses=("complete",))
+    harness.check_replayed_conversation(run["trajectory"], recorded, replayed)
+    authors = {step["agent"] for step in run["trajectory"]["steps"]}
+    assert authors == {"agent", "user"}, harness._show(run["trajectory"])

@@ -180,6 +180,32 @@ def test_an_empty_model_answer_is_blank_not_its_serialised_message() -> None:
     assert tool.tool_result == rows
 
 
+def test_a_handoff_tool_marked_as_an_agent_span_is_the_tool_call_it_is() -> None:
+    # As openinference-instrumentation-langchain records a tool named transfer_to_… run by
+    # LangGraph's ToolNode: span kind AGENT, the tool's name, the node `tools` as context.
+    facts = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_TOOL_NAME: "transfer_to_human_agents",
+            c.OI_INPUT_VALUE: "The customer wants a refund for a cancelled flight.",
+            c.OI_OUTPUT_VALUE: json.dumps(
+                {"type": "tool", "data": {"content": "Transfer successful", "type": "tool"}}
+            ),
+            c.OI_METADATA: json.dumps({"langgraph_node": "tools"}),
+        }
+    )
+    assert facts.kind is StepKind.TOOL
+    assert (facts.tool_name, facts.tool_result) == (
+        "transfer_to_human_agents",
+        "Transfer successful",
+    )
+    # An agent span that names its agent stays the agent's turn.
+    agent = mapped(
+        {c.OPENINFERENCE_SPAN_KIND: "AGENT", c.OI_AGENT_NAME: "triage", c.OI_TOOL_NAME: "x"}
+    )
+    assert agent.kind is StepKind.MESSAGE and agent.agent == "triage"
+
+
 def test_openinference_tool_span_takes_tool_fields_and_output_value() -> None:
     facts = mapped(
         {

@@ -1,5 +1,5 @@
 """τ-bench conversations as the sidecar received them live (replayed through the OpenAI
-Agents SDK and through pydantic-ai): each person's label carried to the live step that says
+Agents SDK, pydantic-ai and LangGraph): each person's label carried to the live step that says
 the same turn, and the live runs read as conversations whose simulated customer may be
 blamed."""
 
@@ -21,7 +21,10 @@ RECORDED = REPO / "benchmarks/conversations/tau-bench-airline.jsonl"
 LIVE = {
     "live": REPO / "benchmarks/conversations/tau-bench-airline-live.jsonl",
     "live-pydantic-ai": REPO / "benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl",
+    "live-langgraph": REPO / "benchmarks/conversations/tau-bench-airline-live-langgraph.jsonl",
 }
+ASSISTANT = {"live": "assistant", "live-pydantic-ai": "assistant", "live-langgraph": "agent"}
+"""What each framework calls the one agent (LangGraph's `create_react_agent`: its node)."""
 
 
 def _words(text: str) -> str:
@@ -62,11 +65,12 @@ def test_the_committed_live_sets_label_the_turn_the_people_labelled(suffix: str)
         source = recorded[record.record_id.removesuffix(f"/{suffix}")]
         said = source.trajectory.steps[source.gold.step]
         step = record.trajectory.steps[record.gold.step]
-        assert record.gold.agent == source.gold.agent == step.agent
+        customer = source.gold.agent == "user"
+        assert record.gold.agent == step.agent == ("user" if customer else ASSISTANT[suffix])
         assert step.kind is (StepKind.HUMAN if step.agent == "user" else StepKind.LLM)
         assert (
             _words(said.content) == _words(step.content) or (said.tool_name or "\0") in step.content
         )
         assert record.subset == source.subset
         assert is_conversation(record.trajectory)
-        assert set(blameable_agents(record.trajectory)) == {"assistant", "user"}
+        assert set(blameable_agents(record.trajectory)) == {ASSISTANT[suffix], "user"}
