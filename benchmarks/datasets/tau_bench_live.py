@@ -91,8 +91,7 @@ def label(records_path: Path, replayed_path: Path, sidecar: str) -> int:
             agent = steps[step]["agent"]
             if (agent == "user") != (gold["agent"] == "user"):
                 raise SystemExit(
-                    f"{record['id']}: label agent {gold['agent']!r}, live step {step} is "
-                    f"{agent!r}"
+                    f"{record['id']}: label agent {gold['agent']!r}, live step {step} is {agent!r}"
                 )
             body = {
                 # The assistant is whatever the framework calls the run's one agent.
