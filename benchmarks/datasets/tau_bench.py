@@ -41,6 +41,7 @@ __all__ = [
     "run_id",
     "steps_of",
     "who_and_when_layout",
+    "write_lines",
 ]
 
 AGENT = "assistant"
@@ -290,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.folded:
         lines = args.folded.read_text(encoding="utf-8").splitlines()
         records = [folded(json.loads(line)) for line in lines if line.strip()]
-        _write(records, args.out)
+        write_lines(records, args.out)
         print(f"{len(records)} records in the folded layout → {args.out}")
         return
     if args.results is None:
@@ -303,11 +304,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         records = convert(
             results, _read_labels(args.labels), domain=args.domain, framework=args.framework
         )
-        _write(records, args.out)
+        write_lines(records, args.out)
         print(f"{len(records)} labelled failed runs → {args.out}")
 
 
-def _write(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+def write_lines(records: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """`records` as a JSON Lines file at `path` (compact, UTF-8 kept)."""
     with path.open("w", encoding="utf-8") as out:
         for record in records:
             out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")

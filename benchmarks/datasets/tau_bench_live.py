@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from faultfinder.benchmarks.datasets.tau_bench import write_lines
+
 __all__ = ["live_steps", "name_exported"]
 
 _WAIT_S = 60.0
@@ -155,9 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{posted} labels posted", file=sys.stderr)
         return
     named = name_exported(_lines(args.exported), _lines(args.records), suffix=args.suffix)
-    with args.out.open("w", encoding="utf-8") as out:
-        for line in named:
-            out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+    write_lines(named, args.out)
     print(f"{len(named)} live records → {args.out}", file=sys.stderr)
 
 

@@ -175,14 +175,18 @@ def map_span(span: SpanRecord) -> MappedSpan:
     operation = lower(attrs.get(c.GEN_AI_OPERATION_NAME))
     oi_kind = upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
 
+    named_agent = _first_name(attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID))
     convention_kind = _OPERATION_KINDS.get(operation) or _OPENINFERENCE_KINDS.get(oi_kind)
-    if oi_kind == c.OI_KIND_AGENT and _handoff_tool(attrs):
+    if oi_kind == c.OI_KIND_AGENT and not named_agent and as_text(attrs.get(c.OI_TOOL_NAME)):
+        # A tool's call marked as an agent: openinference-instrumentation-langchain marks
+        # a tool named `transfer_to_…` so (a handoff tool), and run by LangGraph's ToolNode
+        # its only other name is that node's (`tools`), which is no agent. As a tool's call
+        # it answers to the agent that called it.
         convention_kind = StepKind.TOOL
     explicit_kind = _STEP_KINDS.get(lower(attrs.get(c.STEP_KIND)))
     kind = explicit_kind or convention_kind or StepKind.MESSAGE
     is_tool = kind is StepKind.TOOL
 
-    named_agent = _first_name(attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID))
     # A framework's own run context names the agent too, but makes no span a step.
     agent = named_agent or framework_agent(attrs)
     tool_result = _first_text(attrs, (c.GEN_AI_TOOL_CALL_RESULT,))
@@ -269,17 +273,6 @@ def map_span(span: SpanRecord) -> MappedSpan:
             or (named_agent is not None and content is not None)
         ),
         later_user_turns=later_turns,
-    )
-
-
-def _handoff_tool(attrs: Mapping[str, AttributeValue]) -> bool:
-    """An OpenInference AGENT span that is a tool's call: it names the tool (`tool.name`) and
-    no agent. openinference-instrumentation-langchain marks a tool named `transfer_to_…` so
-    (a handoff tool, as langgraph-supervisor makes them); run by LangGraph's ToolNode, its
-    span's only other name is that node's (`tools`), which is no agent. As a tool's call
-    it answers to the agent that called it."""
-    return bool(as_text(attrs.get(c.OI_TOOL_NAME))) and not _first_name(
-        attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID)
     )
 
 

@@ -15,7 +15,15 @@ from typing import Any
 import orjson
 
 from faultfinder import conventions as c
-from faultfinder.server.otlp.messages import as_text, lower, message_text, part_text, tool_call_text
+from faultfinder.server.otlp.messages import (
+    as_text,
+    decode_messages,
+    lower,
+    message_text,
+    messages_text,
+    part_text,
+    tool_call_text,
+)
 from faultfinder.server.otlp.model import AttributeValue
 
 __all__ = [
@@ -98,13 +106,10 @@ def _messages_text(text: str) -> str | None:
     None when the value is anything else."""
     if not text.lstrip().startswith("["):
         return None
-    try:
-        decoded = orjson.loads(text)
-    except orjson.JSONDecodeError:
+    messages = decode_messages(text)
+    if not messages or not all(isinstance(item, dict) and "role" in item for item in messages):
         return None
-    if not decoded or not all(isinstance(item, dict) and "role" in item for item in decoded):
-        return None
-    return "\n".join(said for item in decoded if (said := message_text(item)))
+    return messages_text(text, decoded=messages) or ""
 
 
 def _json_string(attrs: Mapping[str, AttributeValue], text: str) -> str | None:

@@ -10,7 +10,11 @@ API.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -564,6 +568,42 @@ def check_attributions(detail: Mapping[str, Any], *, ground_truth: str | None) -
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+PROGRAMS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
+"""The agent programs, among them the chat replays (`chat_replay.py`)."""
+AIRLINE = PROGRAMS.parents[1] / "conversations" / "tau-bench-airline.jsonl"
+"""The labelled τ-bench airline conversations the replays replay."""
+
+
+def replay_recorded_conversation(pipeline: Pipeline, program: str, record_id: str) -> Any:
+    """Replay the labelled airline conversation `record_id` through the framework of
+    benchmarks/corpus/programs/`program`.py (`benchmarks/conversations/replay_live.sh`), as
+    one run into the pipeline's sidecar, and check it came out as the replay says
+    (`check_replayed_conversation`): the premise on which the labels move to the live
+    steps. Returns the run as the API shows it."""
+    sys.path.insert(0, str(PROGRAMS))
+    try:
+        replay_program = importlib.import_module(program)
+        chat_replay = importlib.import_module("chat_replay")
+    finally:
+        sys.path.remove(str(PROGRAMS))
+    lines = AIRLINE.read_text(encoding="utf-8").splitlines()
+    record = next(r for line in lines if (r := json.loads(line))["id"] == record_id)
+    scripted = chat_replay.Scripted()
+    replay = replay_program.replayer(pipeline.provider.get_tracer("support-chat"))
+
+    def chat() -> object:
+        with scripted.running() as base_url:
+            return asyncio.run(replay(record, scripted, base_url))
+
+    before = pipeline.run_ids()
+    replayed, error = pipeline.invoke(chat)
+    assert error is None, error
+    assert isinstance(replayed, dict)
+    run = pipeline.the_run(before, statuses=("complete",))
+    check_replayed_conversation(run["trajectory"], record["steps"], replayed)
+    return run
 
 
 def check_replayed_conversation(

@@ -4,11 +4,6 @@ openinference-instrumentation-langchain."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -166,31 +161,9 @@ def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     AGENT span (a handoff tool): it must still be the agent's tool call, not a turn of an
     agent named after LangGraph's `tools` node. And the customer's later turns, read from
     LangChain's messages in the model calls' inputs, are user steps."""
-    programs = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
-    sys.path.insert(0, str(programs))
-    try:
-        replay_program = importlib.import_module("langgraph_chat_replay")
-        chat_replay = importlib.import_module("chat_replay")
-    finally:
-        sys.path.remove(str(programs))
-    source = programs.parents[1] / "conversations" / "tau-bench-airline.jsonl"
-    lines = source.read_text(encoding="utf-8").splitlines()
-    record = next(json.loads(line) for line in lines if '"id":"tau-airline-1-t2"' in line)
-    recorded = record["steps"]
-    assert any(step.get("tool_name") == "transfer_to_human_agents" for step in recorded)
-    scripted = chat_replay.Scripted()
-    replay = replay_program.replayer(pipeline.provider.get_tracer("support-chat"))
-
-    def chat() -> dict[str, Any]:
-        with scripted.running() as base_url:
-            replayed: dict[str, Any] = asyncio.run(replay(record, scripted, base_url))
-            return replayed
-
-    before = pipeline.run_ids()
-    replayed, error = pipeline.invoke(chat)
-    assert error is None, error
-    assert isinstance(replayed, dict)
-    run = pipeline.the_run(before, statuses=("complete",))
-    harness.check_replayed_conversation(run["trajectory"], recorded, replayed)
-    authors = {step["agent"] for step in run["trajectory"]["steps"]}
-    assert authors == {"agent", "user"}, harness._show(run["trajectory"])
+    run = harness.replay_recorded_conversation(
+        pipeline, "langgraph_chat_replay", "tau-airline-1-t2"
+    )
+    steps = run["trajectory"]["steps"]
+    assert any(step.get("tool_name") == "transfer_to_human_agents" for step in steps)
+    assert {step["agent"] for step in steps} == {"agent", "user"}, harness._show(run["trajectory"])

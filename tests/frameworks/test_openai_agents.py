@@ -3,11 +3,6 @@ tool), traced by openinference-instrumentation-openai-agents."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import agents
@@ -240,27 +235,4 @@ def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     step. Here that premise is checked on a real run: every model call is an `llm` step
     saying the recorded message or call, in order, every later customer turn a user step,
     every recorded tool report a tool step."""
-    programs = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
-    sys.path.insert(0, str(programs))
-    try:
-        replay_program = importlib.import_module("openai_agents_chat_replay")
-    finally:
-        sys.path.remove(str(programs))
-    source = programs.parents[1] / "conversations" / "tau-bench-airline.jsonl"
-    record = json.loads(source.read_text(encoding="utf-8").splitlines()[0])
-    recorded = record["steps"]
-    scripted = replay_program.Scripted()
-
-    def chat() -> dict[str, Any]:
-        with scripted.running() as base_url:
-            replayed: dict[str, Any] = asyncio.run(
-                replay_program.replay(record, scripted, base_url)
-            )
-            return replayed
-
-    before = pipeline.run_ids()
-    replayed, error = pipeline.invoke(chat)
-    assert error is None, error
-    assert isinstance(replayed, dict)
-    run = pipeline.the_run(before, statuses=("complete",))
-    harness.check_replayed_conversation(run["trajectory"], recorded, replayed)
+    harness.replay_recorded_conversation(pipeline, "openai_agents_chat_replay", "tau-airline-0-t0")

@@ -3,11 +3,6 @@ function tool), traced by pydantic-ai's own instrumentation (`Agent.instrument_a
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -198,27 +193,4 @@ def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     checked on a real run, and with it that a pydantic-ai chat reads as a conversation: the
     customer's later turns, which reach the sidecar only inside the model calls' inputs, are
     user steps."""
-    programs = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
-    sys.path.insert(0, str(programs))
-    try:
-        replay_program = importlib.import_module("pydantic_ai_chat_replay")
-        chat_replay = importlib.import_module("chat_replay")
-    finally:
-        sys.path.remove(str(programs))
-    source = programs.parents[1] / "conversations" / "tau-bench-airline.jsonl"
-    record = json.loads(source.read_text(encoding="utf-8").splitlines()[0])
-    recorded = record["steps"]
-    scripted = chat_replay.Scripted()
-    replay = replay_program.replayer(pipeline.provider.get_tracer("support-chat"))
-
-    def chat() -> dict[str, Any]:
-        with scripted.running() as base_url:
-            replayed: dict[str, Any] = asyncio.run(replay(record, scripted, base_url))
-            return replayed
-
-    before = pipeline.run_ids()
-    replayed, error = pipeline.invoke(chat)
-    assert error is None, error
-    assert isinstance(replayed, dict)
-    run = pipeline.the_run(before, statuses=("complete",))
-    harness.check_replayed_conversation(run["trajectory"], recorded, replayed)
+    harness.replay_recorded_conversation(pipeline, "pydantic_ai_chat_replay", "tau-airline-0-t0")

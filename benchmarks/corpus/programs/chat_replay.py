@@ -29,7 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from corpus_tracing import tracer_provider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.trace import Tracer
 
 FILLER = " "
 """The answer to a model call no recorded message stands for: blank, not empty (pydantic-ai
@@ -243,12 +245,50 @@ def turns_to_ask(chat: Conversation) -> Iterator[tuple[int, str, list[Message]]]
         yield step, text, segment
 
 
+Replay = Callable[[Mapping[str, Any], Scripted, str], Awaitable[dict[str, Any]]]
+"""Replays one record with the scripted server at a base URL; returns its line (`replayed`)."""
+
+Ask = Callable[[str], Awaitable[None]]
+"""Gives the agent the customer's next turn, with the conversation so far, and waits until
+it has answered."""
+
+
+async def converse(
+    record: Mapping[str, Any], chat: Conversation, scripted: Scripted, ask: Ask
+) -> dict[str, Any]:
+    """Ask each customer turn that reaches a model call (`turns_to_ask`), the scripted
+    server serving the assistant's recorded messages after it; the replay's line."""
+    scripted.served = []
+    asked: list[int] = []
+    for step, text, segment in turns_to_ask(chat):
+        asked.append(step)
+        scripted.queue = deque(segment)
+        await ask(text)
+    return replayed(record, chat, scripted, asked)
+
+
+def keyword_tool(reports: dict[str, deque[tuple[str, str]]], name: str) -> Callable[..., str]:
+    """The function of tool `name` for a framework that passes a call's arguments as
+    keywords: it answers with the recorded report (`recorded_report`)."""
+
+    def invoke(**arguments: Any) -> str:
+        return recorded_report(reports, name, json.dumps(arguments))
+
+    return invoke
+
+
 def main(
-    replay: Callable[[Mapping[str, Any], Scripted, str], Awaitable[dict[str, Any]]],
-    traces: Traces,
+    instrument: Callable[[TracerProvider], object], replayer: Callable[[Tracer], Replay]
 ) -> None:
     """Replay every record of the file named on the command line, one line each to stdout,
-    progress to stderr, all in one event loop."""
+    progress to stderr, all in one event loop: spans go through a provider exporting over
+    OTLP (`corpus_tracing`) that `instrument` hands to the framework's instrumentation, and
+    `replayer` is given a tracer of it (for a span grouping each conversation)."""
+    traces = Traces()
+    provider = tracer_provider("tau-bench-replay")
+    provider.add_span_processor(traces)
+    instrument(provider)
+    replay = replayer(provider.get_tracer("tau-bench-replay"))
     lines = Path(sys.argv[1]).read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     scripted = Scripted()
@@ -263,3 +303,4 @@ def main(
 
     with scripted.running() as base_url:
         asyncio.run(every_record(base_url))
+    provider.shutdown()

@@ -14,16 +14,16 @@ Spans go wherever the standard OTLP environment variables point (`corpus_tracing
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
 import agents
 import chat_replay
 from agents import Agent, FunctionTool, ModelSettings, OpenAIChatCompletionsModel, Runner
-from chat_replay import Scripted, recorded_report
-from corpus_tracing import tracer_provider
+from chat_replay import Replay, Scripted, recorded_report
 from openai import AsyncOpenAI
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
 
 
 def tool(name: str, reports: dict[str, deque[tuple[str, str]]]) -> FunctionTool:
@@ -42,39 +42,40 @@ def tool(name: str, reports: dict[str, deque[tuple[str, str]]]) -> FunctionTool:
     )
 
 
-async def replay(record: Mapping[str, Any], scripted: Scripted, base_url: str) -> dict[str, Any]:
-    chat = chat_replay.conversation(record)
-    client = AsyncOpenAI(base_url=base_url, api_key="scripted", max_retries=0)
-    agent = Agent(
-        name="assistant",
-        instructions=chat.instructions,
-        tools=[tool(name, chat.reports) for name in sorted(chat.reports)],
-        model=OpenAIChatCompletionsModel(model="scripted", openai_client=client),
-        model_settings=ModelSettings(parallel_tool_calls=True),
-    )
-    scripted.served = []
-    history: list[Any] = []
-    asked: list[int] = []
-    with agents.trace(f"chat {record['id']}"):
-        for step, text, segment in chat_replay.turns_to_ask(chat):
-            asked.append(step)
-            scripted.queue = deque(segment)
-            history.append({"role": "user", "content": text})
-            result = await Runner.run(agent, history, max_turns=200)
+def replayer(tracer: Tracer) -> Replay:
+    """The SDK groups a conversation itself (`agents.trace`): `tracer` is not needed."""
+
+    async def replay(record: Any, scripted: Scripted, base_url: str) -> dict[str, Any]:
+        chat = chat_replay.conversation(record)
+        client = AsyncOpenAI(base_url=base_url, api_key="scripted", max_retries=0)
+        agent = Agent(
+            name="assistant",
+            instructions=chat.instructions,
+            tools=[tool(name, chat.reports) for name in sorted(chat.reports)],
+            model=OpenAIChatCompletionsModel(model="scripted", openai_client=client),
+            model_settings=ModelSettings(parallel_tool_calls=True),
+        )
+        history: list[Any] = []
+
+        async def ask(text: str) -> None:
+            nonlocal history
+            result = await Runner.run(
+                agent, [*history, {"role": "user", "content": text}], max_turns=200
+            )
             history = result.to_input_list()
-    line: dict[str, Any] = chat_replay.replayed(record, chat, scripted, asked)
-    return line
+
+        with agents.trace(f"chat {record['id']}"):
+            line: dict[str, Any] = await chat_replay.converse(record, chat, scripted, ask)
+        return line
+
+    return replay
 
 
-def main() -> None:
+def instrument(provider: TracerProvider) -> None:
+    # Only the OpenInference processor runs: the SDK's own one exports to OpenAI.
     agents.set_trace_processors([])
-    traces = chat_replay.Traces()
-    provider = tracer_provider("tau-bench-replay")
-    provider.add_span_processor(traces)
     OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
-    chat_replay.main(replay, traces)
-    provider.shutdown()
 
 
 if __name__ == "__main__":
-    main()
+    chat_replay.main(instrument, replayer)
