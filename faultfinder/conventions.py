@@ -201,3 +201,14 @@ context here: `langgraph_node`, `langgraph_checkpoint_ns`)."""
 CREWAI_CREW_TASKS: Final = "crew_tasks"
 """openinference-instrumentation-crewai: on a crew's kickoff span, its tasks as a JSON list
 (`description`, `expected_output`, `agent_role`, …) in the order they run."""
+
+# --- appended: Traceloop OpenLLMetry's own names read at ingest -----------------------
+
+TRACELOOP_ASSOCIATION_PREFIX: Final = "traceloop.association.properties."
+"""OpenLLMetry (`opentelemetry-instrumentation-langchain` and its siblings): the run's
+metadata, one attribute per key (LangGraph's `langgraph_node`,
+`langgraph_checkpoint_ns`, LangChain's `lc_agent_name`), where OpenInference writes one
+`metadata` JSON object."""
+TRACELOOP_ENTITY_OUTPUT: Final = "traceloop.entity.output"
+"""OpenLLMetry: a workflow's, task's or tool's output as JSON (a LangGraph node's
+`{"outputs": state}`)."""

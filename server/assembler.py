@@ -10,7 +10,8 @@ Rules (pure, and independent of the order in which spans arrived):
 3. **Steps.** A span is a *candidate* when it speaks a convention as a step (see
    `MappedSpan.is_step_candidate`: explicit `faultfinder.step.*` attributes, a GenAI
    chat/execute_tool/invoke_agent operation, an OpenInference LLM/TOOL/AGENT/RETRIEVER
-   span, or content and an agent of its own). A candidate is a step unless another
+   span, or content and an agent of its own), other than a childless agent invocation
+   that says nothing (a marker of where an agent ran). A candidate is a step unless another
    candidate lies beneath it: such a span (an agent wrapping its LLM and tool calls, a
    workflow wrapping agents) is a *container*. A candidate with an explicit
    `faultfinder.step.index` is always a step. Plain spans (HTTP calls, internal
@@ -24,7 +25,9 @@ Rules (pure, and independent of the order in which spans arrived):
 5. **Agent.** The step's own agent (`gen_ai.agent.name` → `agent.name` →
    `graph.node.id`), else that of the nearest ancestor naming an agent or being an agent
    invocation (`invoke_agent` / OpenInference AGENT, whose span name stands in when it
-   names no agent), else the step's span name.
+   names no agent), else the step's span name. A LangGraph node whose replies all carry
+   one author's name (`create_react_agent(name=…)` names them so) is that author: the
+   name the user gave the agent, not the prebuilt graph's node (`agent`).
 6. **Run facts.** `faultfinder.server.run_facts`.
 7. **The user's later turns.** A model call whose input carries the conversation so far
    shows the turns the user took after the model answered (`MappedSpan.later_user_turns`).
@@ -77,6 +80,7 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
         ordered, parent_of, {_key(span): map_span(span) for span in ordered}
     )
     mapped = _events_into_their_spans(ordered, parent_of, mapped)
+    mapped = _nodes_as_their_authors(mapped)
     root = _run_root(ordered, parent_of)
 
     step_spans = _step_spans(ordered, parent_of, mapped, root)
@@ -249,7 +253,13 @@ def _step_spans(
     mapped: dict[_SpanKey, MappedSpan],
     root: SpanRecord,
 ) -> list[SpanRecord]:
-    candidates = [span for span in ordered if mapped[_key(span)].is_step_candidate]
+    parents = set(parent_of.values())
+    candidates = [
+        span
+        for span in ordered
+        if mapped[_key(span)].is_step_candidate
+        and not (_key(span) not in parents and _marks_an_agent(mapped[_key(span)]))
+    ]
     if candidates:
         containers: set[_SpanKey] = set()
         above_words: set[_SpanKey] = set()
@@ -267,8 +277,14 @@ def _step_spans(
         ]
     if len(ordered) == 1:
         return list(ordered)
-    parents = set(parent_of.values())
     return [span for span in ordered if span is not root and _key(span) not in parents]
+
+
+def _marks_an_agent(facts: MappedSpan) -> bool:
+    """An agent invocation saying nothing (no input, output or error) marks where an agent
+    ran; childless, it is no step: OpenLLMetry marks each LangGraph subgraph so, beside
+    the task span that holds the agent's work."""
+    return facts.is_agent_span and not (facts.content or facts.input or facts.error)
 
 
 def _answers_unrecorded(facts: MappedSpan, above_words: bool) -> bool:
@@ -420,6 +436,25 @@ def _folded(facts: MappedSpan, copies: Sequence[MappedSpan]) -> MappedSpan:
         error=facts.error or (failed.error if failed else None),
         agent=facts.agent or first(copy.agent for copy in copies),
     )
+
+
+def _nodes_as_their_authors(mapped: dict[_SpanKey, MappedSpan]) -> dict[_SpanKey, MappedSpan]:
+    """`mapped` with each LangGraph node whose spans name one author for its replies
+    (`MappedSpan.node_author`) renamed to that author, on every span the node names
+    (rule 5); a node whose spans name several authors keeps its own name."""
+    authors: dict[str, set[str]] = {}
+    for facts in mapped.values():
+        if facts.agent_from_context and facts.agent is not None and facts.node_author:
+            authors.setdefault(facts.agent, set()).add(facts.node_author)
+    renamed = {node: names.pop() for node, names in authors.items() if len(names) == 1}
+    if not renamed:
+        return mapped
+    return {
+        key: replace(facts, agent=renamed.get(facts.agent, facts.agent))
+        if facts.agent_from_context and facts.agent is not None
+        else facts
+        for key, facts in mapped.items()
+    }
 
 
 def _agent(

@@ -31,8 +31,11 @@ from faultfinder.server.otlp.shapes import (
     answer_field,
     dspy_fields_text,
     framework_agent,
+    graph_node_author,
     output_value,
     prepares_model_call,
+    tool_call_arguments,
+    tool_call_result,
     tool_named_by_span,
 )
 
@@ -140,6 +143,12 @@ class MappedSpan:
     """A model call's input messages from the user that follow one of the assistant's,
     each with the assistant's text it answers (`messages.later_user_turns`): the user's
     turns in a conversation so far."""
+    agent_from_context: bool = False
+    """`agent` is the framework's run context (a LangGraph node, a LlamaIndex workflow
+    event: `shapes.framework_agent`), not a convention's name for the agent."""
+    node_author: str | None = None
+    """Where `agent` is a LangGraph node: the name its output's AI messages carry
+    (`shapes.graph_node_author`), which the assembler gives the node's steps."""
 
 
 _OPERATION_KINDS: dict[str, StepKind] = {
@@ -188,9 +197,10 @@ def map_span(span: SpanRecord) -> MappedSpan:
     is_tool = kind is StepKind.TOOL
 
     # A framework's own run context names the agent too, but makes no span a step.
-    agent = named_agent or framework_agent(attrs)
-    tool_result = _first_text(attrs, (c.GEN_AI_TOOL_CALL_RESULT,))
-    tool_arguments = _first_text(attrs, (c.GEN_AI_TOOL_CALL_ARGUMENTS,))
+    context_agent = None if named_agent else framework_agent(attrs)
+    agent = named_agent or context_agent
+    tool_result = tool_call_result(as_text(attrs.get(c.GEN_AI_TOOL_CALL_RESULT)))
+    tool_arguments = tool_call_arguments(as_text(attrs.get(c.GEN_AI_TOOL_CALL_ARGUMENTS)))
     if is_tool:
         # OpenInference's `tool.parameters` is the tool's JSON schema, not the call's
         # arguments (those are its `input.value`): it is only the last resort.
@@ -273,6 +283,8 @@ def map_span(span: SpanRecord) -> MappedSpan:
             or (named_agent is not None and content is not None)
         ),
         later_user_turns=later_turns,
+        agent_from_context=context_agent is not None,
+        node_author=graph_node_author(attrs) if context_agent is not None else None,
     )
 
 

@@ -30,14 +30,18 @@ __all__ = [
     "answer_field",
     "dspy_fields_text",
     "framework_agent",
+    "graph_node_author",
     "json_object",
     "output_value",
     "prepares_model_call",
+    "tool_call_arguments",
+    "tool_call_result",
     "tool_named_by_span",
     "without_method",
 ]
 
 
+_LANGCHAIN_AGENT_NAME = "lc_agent_name"
 _LANGGRAPH_CHECKPOINT_NS = "langgraph_checkpoint_ns"
 _LANGGRAPH_NODE = "langgraph_node"
 _WORKFLOW_AGENT = re.compile(r"""\bcurrent_agent_name=(?P<q>['"])(?P<agent>.+?)(?P=q)""")
@@ -48,14 +52,20 @@ turn it is; a workflow step's `input.value` holds the event it was given."""
 def framework_agent(attrs: Mapping[str, AttributeValue]) -> str | None:
     """The agent a framework's own run context names, when no convention does.
 
-    LangGraph (in the `metadata` LangChain's instrumentation records): the node of the
-    top-level graph the span runs in, the first segment of `langgraph_checkpoint_ns`
-    (`researcher:<id>|agent:<id>` → `researcher`, so the nodes of an agent built as a
-    subgraph, such as `create_react_agent`'s `agent` and `tools`, are its own), else
-    `langgraph_node`. LlamaIndex AgentWorkflow: the `current_agent_name` of the workflow
-    event in `input.value`."""
-    metadata = json_object(attrs.get(c.OI_METADATA))
+    LangChain / LangGraph (in the `metadata` LangChain's instrumentation records): the
+    `lc_agent_name` that LangChain's `create_agent(name=…)` puts in the run config of
+    everything its graph runs, so its `model` and `tools` nodes, and a named agent called
+    from another's tool, are that agent's; else the node of the top-level graph the span
+    runs in, the first segment of `langgraph_checkpoint_ns` (`researcher:<id>|agent:<id>`
+    → `researcher`, so the nodes of an agent built as a subgraph, such as
+    `create_react_agent`'s `agent` and `tools`, are its own), else `langgraph_node`.
+    LlamaIndex AgentWorkflow: the `current_agent_name` of the workflow event in
+    `input.value`."""
+    metadata = _langchain_metadata(attrs)
     if metadata is not None:
+        agent_name = metadata.get(_LANGCHAIN_AGENT_NAME)
+        if isinstance(agent_name, str) and agent_name.strip():
+            return agent_name.strip()
         namespace = metadata.get(_LANGGRAPH_CHECKPOINT_NS)
         if isinstance(namespace, str):
             node = namespace.split("|", 1)[0].split(":", 1)[0].strip()
@@ -71,6 +81,90 @@ def framework_agent(attrs: Mapping[str, AttributeValue]) -> str | None:
             # The field follows the event's messages: the last mention is the field.
             return str(matches[-1][1]).strip() or None
     return None
+
+
+def _langchain_metadata(attrs: Mapping[str, AttributeValue]) -> Mapping[str, Any] | None:
+    """The LangChain run metadata a span records: OpenInference's `metadata` JSON object,
+    else OpenLLMetry's association properties (one attribute per key); None when the
+    span has neither."""
+    metadata = json_object(attrs.get(c.OI_METADATA))
+    if metadata is not None:
+        return metadata
+    keys = (_LANGCHAIN_AGENT_NAME, _LANGGRAPH_CHECKPOINT_NS, _LANGGRAPH_NODE)
+    found = {
+        key: value for key in keys if (value := attrs.get(c.TRACELOOP_ASSOCIATION_PREFIX + key))
+    }
+    return found or None
+
+
+def graph_node_author(attrs: Mapping[str, AttributeValue]) -> str | None:
+    """The one name the AI messages of a LangGraph node's output state carry
+    (`{"messages": [{"type": "ai", "data": {"name": …}}]}`, or LangChain's constructor
+    form): LangGraph's `create_react_agent(name=…)` names every reply of its `agent`
+    node so, and nothing else of the run says that name but the graph's own span. None
+    when the output is no such state, its AI messages carry no name, or more than one
+    (a subgraph's whole conversation, several agents' turns)."""
+    text = as_text(attrs.get(c.OI_OUTPUT_VALUE) or attrs.get(c.TRACELOOP_ENTITY_OUTPUT))
+    if text is None or '"messages"' not in text or '"name"' not in text:
+        return None
+    state = json_object(text)
+    if state is not None and isinstance(state.get("outputs"), dict):
+        state = state["outputs"]  # OpenLLMetry's wrapper: `{"outputs": state, "kwargs": …}`
+    messages = state.get("messages") if state is not None else None
+    if not isinstance(messages, list):
+        return None
+    names: set[str] = set()
+    for message in messages:
+        fields = _ai_message_fields(message)
+        name = fields.get("name") if fields is not None else None
+        if isinstance(name, str) and name.strip():
+            names.add(name.strip())
+    return names.pop() if len(names) == 1 else None
+
+
+def _ai_message_fields(message: Any) -> dict[str, Any] | None:
+    """The fields of a serialised LangChain AI message (`{"type": "ai", "data": …}` or
+    `{"lc": 1, "id": [..., "AIMessage"], "kwargs": …}`); None for any other message."""
+    if not isinstance(message, dict):
+        return None
+    data = message.get("data")
+    if message.get("type") == "ai" and isinstance(data, dict):
+        return data
+    kwargs = message.get("kwargs")
+    ids = message.get("id")
+    if isinstance(kwargs, dict) and isinstance(ids, list) and ids[-1:] == ["AIMessage"]:
+        return kwargs
+    return None
+
+
+def tool_call_result(text: str | None) -> str | None:
+    """`gen_ai.tool.call.result` as the tool's own result: OpenLLMetry's LangChain
+    instrumentation records the callback's arguments, `{"output": <ToolMessage>,
+    "kwargs": {…}}`, of which the message's content is the result. Any other text as it
+    is."""
+    wrapper = json_object(text) if text is not None and '"output"' in text else None
+    if wrapper is None or set(wrapper) != {"output", "kwargs"}:
+        return text
+    output = wrapper["output"]
+    if isinstance(output, dict):
+        return _unwrapped_text(output, depth=0) or as_text(output)
+    return as_text(output)
+
+
+def tool_call_arguments(text: str | None) -> str | None:
+    """`gen_ai.tool.call.arguments` as the call's own arguments: OpenLLMetry's LangChain
+    instrumentation records the callback's, `{"input_str": …, "tags": […], "metadata":
+    {…}, "inputs": {…}, …}`, of which `inputs` (else `input_str`) is the call's. Any other
+    text as it is."""
+    if text is None or '"input_str"' not in text:
+        return text
+    wrapper = json_object(text)
+    if wrapper is None or not {"input_str", "tags", "metadata"} <= set(wrapper):
+        return text
+    inputs = wrapper.get("inputs")
+    if isinstance(inputs, dict) and inputs:
+        return json.dumps(inputs, ensure_ascii=False, default=str)
+    return as_text(wrapper["input_str"])
 
 
 def json_object(value: AttributeValue) -> dict[str, Any] | None:

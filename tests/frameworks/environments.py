@@ -81,6 +81,29 @@ CREWAI = Framework(
     scenarios=("researcher (tool) + writer, two sequential tasks", MODEL_500, FED_BACK),
 )
 
+LANGGRAPH = Framework(
+    name="langgraph",
+    module="test_langgraph.py",
+    packages=("langgraph==1.2.24", "langchain==1.5.2", "langchain-openai==1.8.1"),
+    instrumentation=("openinference-instrumentation-langchain==0.1.80",),
+    reads=(
+        SPAN_KIND,
+        "metadata (`lc_agent_name`, `langgraph_checkpoint_ns`, `langgraph_node`)",
+        "a node's reply's author (`create_react_agent(name=…)`)",
+        MESSAGES,
+        "output.value (a LangChain message, a `messages` state)",
+        TOOL_NAME,
+    ),
+    scenarios=(
+        "StateGraph nodes with a ToolNode",
+        "create_react_agent agents as nodes",
+        "create_agent agents as a lead agent's tools",
+        MODEL_500,
+        "tool raises and escapes",
+        FED_BACK,
+    ),
+)
+
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
         name="smolagents",
@@ -231,24 +254,18 @@ FRAMEWORKS: tuple[Framework, ...] = (
             FED_BACK,
         ),
     ),
-    Framework(
-        name="langgraph",
-        module="test_langgraph.py",
-        packages=("langgraph==1.2.24", "langchain-openai==1.8.1"),
-        instrumentation=("openinference-instrumentation-langchain==0.1.80",),
+    LANGGRAPH,
+    replace(
+        LANGGRAPH,
+        name="langgraph+openllmetry",
+        # Traceloop's OpenLLMetry instrumentation instead of OpenInference's.
+        instrumentation=("opentelemetry-instrumentation-langchain==0.62.4",),
         reads=(
-            SPAN_KIND,
-            "metadata (`langgraph_checkpoint_ns`, `langgraph_node`)",
-            MESSAGES,
-            "output.value (a LangChain message, a `messages` state)",
-            TOOL_NAME,
-        ),
-        scenarios=(
-            "StateGraph nodes with a ToolNode",
-            "create_react_agent agents as nodes",
-            MODEL_500,
-            "tool raises and escapes",
-            FED_BACK,
+            "gen_ai.operation.name (chat, execute_tool, invoke_agent; execute_task is no step)",
+            "traceloop.association.properties.* (LangChain's metadata, one key each)",
+            "traceloop.entity.output (a node's reply's author)",
+            "gen_ai.input.messages / gen_ai.output.messages (parts)",
+            "gen_ai.tool.call.arguments / .result (LangChain's callback arguments)",
         ),
     ),
     Framework(

@@ -1,25 +1,38 @@
 """LangGraph (a StateGraph of named nodes with a ToolNode; `create_react_agent` agents as
-nodes of a parent graph), with LangChain's ChatOpenAI, traced by
-openinference-instrumentation-langchain."""
+nodes of a parent graph; LangChain's `create_agent` agents called as a lead agent's
+tools), with LangChain's ChatOpenAI, traced one of two ways: by OpenInference's
+openinference-instrumentation-langchain (`langgraph`), or by Traceloop OpenLLMetry's
+opentelemetry-instrumentation-langchain (`langgraph+openllmetry`), which speaks the GenAI
+conventions and writes LangChain's run metadata as association properties.
+`FAULTFINDER_CONFORMANCE_FRAMEWORK` (set by noxfile.py) says which one runs."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent
-from openinference.instrumentation.langchain import LangChainInstrumentor
 
 from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, CensusDown, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-PROJECT = "conformance-langgraph"
+FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "langgraph")
+PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
 
-pipeline = harness.pipeline_fixture(PROJECT, LangChainInstrumentor())
+if FRAMEWORK == "langgraph+openllmetry":
+    from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+
+    pipeline = harness.pipeline_fixture(PROJECT, LangchainInstrumentor())
+else:
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    pipeline = harness.pipeline_fixture(PROJECT, LangChainInstrumentor())
 
 
 def census_tool(*, fails: bool = False) -> Any:
@@ -86,6 +99,39 @@ def react_agents_graph(llm: ScriptedOpenAI) -> Any:
     return graph.compile()
 
 
+def agents_as_tools(llm: ScriptedOpenAI) -> Any:
+    """LangChain's `create_agent`: a lead agent whose tools ask two named agents, the
+    researcher (with the census tool) and the writer. Every span of an agent's graph runs
+    in a node called `model` or `tools`; only LangChain's `lc_agent_name` says whose."""
+    chat = model(llm)
+    researcher = create_agent(
+        chat,
+        [census_tool()],
+        system_prompt="RESEARCHER-ROLE: look figures up in the census.",
+        name="researcher",
+    )
+    writer = create_agent(
+        chat, [], system_prompt="WRITER-ROLE: write the answer for the reader.", name="writer"
+    )
+
+    @tool
+    def ask_researcher(question: str) -> str:
+        """Ask the researcher to look a figure up."""
+        return str(researcher.invoke({"messages": [HumanMessage(question)]})["messages"][-1].text)
+
+    @tool
+    def ask_writer(notes: str) -> str:
+        """Ask the writer to write the answer from the notes."""
+        return str(writer.invoke({"messages": [HumanMessage(notes)]})["messages"][-1].text)
+
+    return create_agent(
+        chat,
+        [ask_researcher, ask_writer],
+        system_prompt="LEAD-ROLE: ask the researcher, then the writer, then answer.",
+        name="lead",
+    )
+
+
 def ask(app: Any) -> str:
     state = app.invoke({"messages": [HumanMessage(TASK)]})
     return str(state["messages"][-1].content)
@@ -121,6 +167,30 @@ def test_graph_nodes_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None
 
 def test_react_agents_as_nodes_a_wrong_claim_graded_afterwards(pipeline: Pipeline) -> None:
     graded_wrong(pipeline, react_agents_graph)
+
+
+def test_agents_called_as_tools_are_the_names_they_were_given(pipeline: Pipeline) -> None:
+    llm = ScriptedOpenAI(
+        {
+            **script(),
+            "LEAD-ROLE": [
+                call("ask_researcher", question=TASK),
+                call("ask_writer", notes="The census says Lyon has 522,250 inhabitants."),
+                say(WRONG),
+            ],
+        }
+    )
+    # A tool that runs an agent is no step of its own: the agent's steps are its work.
+    expected = harness.expected_census(
+        agents=["lead", "researcher", "writer"], tools={"census_lookup": "researcher"}
+    )
+    graded = harness.graded_wrong_claim(pipeline, llm, lambda: ask(agents_as_tools(llm)), expected)
+    by_agent = [(s["agent"], s["content"]) for s in graded.steps if s["kind"] != "tool"]
+    assert [agent for agent, _ in by_agent] == [
+        *("lead", "researcher", "researcher"),
+        *("lead", "writer", "lead"),
+    ], by_agent
+    assert by_agent[4] == ("writer", WRONG), by_agent
 
 
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
@@ -166,4 +236,7 @@ def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     )
     steps = run["trajectory"]["steps"]
     assert any(step.get("tool_name") == "transfer_to_human_agents" for step in steps)
-    assert {step["agent"] for step in steps} == {"agent", "user"}, harness._show(run["trajectory"])
+    # The agent is the name create_react_agent was given, not its inner node's (`agent`).
+    assert {step["agent"] for step in steps} == {"assistant", "user"}, harness._show(
+        run["trajectory"]
+    )

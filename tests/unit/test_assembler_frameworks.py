@@ -355,3 +355,62 @@ def test_with_no_agent_span_the_outermost_chain_is_the_agent() -> None:
     # The program's call arguments gathered under one name hold the user's text.
     assert result.task == "How big is Lyon?"
     assert result.final_answer == "Big."
+
+
+def _react_agent_turn(
+    recorder: SpanRecorder, graph: trace.Span, start: int, author: str | None, text: str
+) -> None:
+    """One turn of LangGraph's `create_react_agent`: its `agent` node (an AGENT span
+    whose output state holds the reply, named by the agent's `name`) above the model
+    call, which names only the node."""
+    metadata = json.dumps({"langgraph_node": "agent", "langgraph_checkpoint_ns": f"agent:{start}"})
+    reply = {"type": "ai", "data": {"content": text, "type": "ai", "name": author}}
+    node = recorder.tracer.start_span(
+        "agent",
+        context=trace.set_span_in_context(graph),
+        start_time=start,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "AGENT",
+            c.OI_METADATA: metadata,
+            c.OI_OUTPUT_VALUE: json.dumps({"messages": [reply]}),
+        },
+    )
+    recorder.span(
+        "ChatOpenAI",
+        parent=node,
+        start=start + MS,
+        end=start + 2 * MS,
+        attributes={
+            c.OPENINFERENCE_SPAN_KIND: "LLM",
+            c.OI_METADATA: metadata,
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": text,
+        },
+    )
+    node.end(end_time=start + 3 * MS)
+
+
+@pytest.mark.parametrize(
+    ("authors", "agents"),
+    [
+        (("assistant", "assistant"), ["assistant", "assistant"]),
+        # Unnamed replies (create_react_agent without a name) keep the node's name.
+        ((None, None), ["agent", "agent"]),
+        # Two authors for one node: which is whose is not known, so the node stays.
+        (("assistant", "booker"), ["agent", "agent"]),
+    ],
+)
+def test_a_prebuilt_langgraph_agent_is_the_name_its_replies_carry(
+    authors: tuple[str | None, str | None], agents: list[str]
+) -> None:
+    recorder = SpanRecorder()
+    graph = recorder.tracer.start_span(
+        "assistant",
+        start_time=T0,
+        attributes={c.OPENINFERENCE_SPAN_KIND: "CHAIN", c.OI_METADATA: "{}"},
+    )
+    _react_agent_turn(recorder, graph, T0 + MS, authors[0], "Which flight?")
+    _react_agent_turn(recorder, graph, T0 + 10 * MS, authors[1], "Booked.")
+    graph.end(end_time=T0 + 20 * MS)
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert [(s.agent, s.kind) for s in result.steps] == [(a, StepKind.LLM) for a in agents]

@@ -194,6 +194,70 @@ def test_a_langgraph_span_is_the_top_level_nodes_and_its_chains_are_no_steps() -
     assert mapped({c.OI_METADATA: "not json"}).agent is None
 
 
+def test_a_langchain_agents_own_name_wins_over_its_graphs_node() -> None:
+    # LangChain's create_agent(name="assistant") puts `lc_agent_name` in the run config:
+    # its model call runs in node `model`, which is no agent.
+    metadata = {
+        "lc_agent_name": "assistant",
+        "langgraph_node": "model",
+        "langgraph_checkpoint_ns": "model:05ee",
+    }
+    llm = mapped(
+        {
+            c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_LLM,
+            c.OI_METADATA: json.dumps(metadata),
+            "llm.output_messages.0.message.content": "Your flight is booked.",
+        }
+    )
+    assert (llm.agent, llm.agent_from_context) == ("assistant", True)
+    blank = mapped({c.OI_METADATA: json.dumps({**metadata, "lc_agent_name": " "})})
+    assert blank.agent == "model"
+
+
+def _state(*messages: dict[str, Any]) -> str:
+    return json.dumps({"messages": list(messages)})
+
+
+def test_a_langgraph_nodes_replies_name_their_author() -> None:
+    # create_react_agent(name="assistant") names each reply of its `agent` node.
+    def reply(name: str | None) -> dict[str, Any]:
+        return {"type": "ai", "data": {"content": "", "type": "ai", "name": name}}
+
+    tool_message = {"type": "tool", "data": {"content": "found", "name": "lookup"}}
+    node = {
+        c.OPENINFERENCE_SPAN_KIND: c.OI_KIND_AGENT,
+        c.OI_METADATA: _langgraph_metadata("agent", "agent:f501"),
+    }
+    named = mapped({**node, c.OI_OUTPUT_VALUE: _state(reply("assistant"), tool_message)})
+    assert (named.agent, named.node_author) == ("agent", "assistant")
+    constructor = {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain", "schema", "messages", "AIMessage"],
+        "kwargs": {"content": "Done.", "name": "assistant"},
+    }
+    assert mapped({**node, c.OI_OUTPUT_VALUE: _state(constructor)}).node_author == "assistant"
+    # No name, a tool's name only, two authors, or no node: no author.
+    for output in (
+        _state(reply(None)),
+        _state(tool_message),
+        _state(reply("researcher"), reply("writer")),
+        json.dumps(reply("assistant")),
+    ):
+        assert mapped({**node, c.OI_OUTPUT_VALUE: output}).node_author is None
+    outside = mapped({c.OI_OUTPUT_VALUE: _state(reply("assistant"))})
+    assert (outside.agent, outside.node_author) == (None, None)
+    # An agent a convention names is no node's.
+    convention = mapped(
+        {**node, c.OI_AGENT_NAME: "Booker", c.OI_OUTPUT_VALUE: _state(reply("assistant"))}
+    )
+    assert (convention.agent, convention.agent_from_context, convention.node_author) == (
+        "Booker",
+        False,
+        None,
+    )
+
+
 def test_a_llamaindex_workflow_step_names_the_agent_of_its_event() -> None:
     event = (
         "AgentSetup(input=[ChatMessage(role=<MessageRole.USER: 'user'>, blocks=[TextBlock("
