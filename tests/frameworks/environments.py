@@ -81,6 +81,27 @@ CREWAI = Framework(
     scenarios=("researcher (tool) + writer, two sequential tasks", MODEL_500, FED_BACK),
 )
 
+OPENAI_AGENTS = Framework(
+    name="openai-agents",
+    module="test_openai_agents.py",
+    packages=("openai-agents==0.24.0",),
+    instrumentation=("openinference-instrumentation-openai-agents==2.6.0",),
+    extra=("openai>=1.50",),
+    reads=(
+        SPAN_KIND,
+        "agent.name",
+        "llm.input_messages / llm.output_messages (flattened, tool_calls)",
+        "tool.name, input.value / output.value",
+        "the last model reply (the trace's root carries no output)",
+    ),
+    scenarios=(
+        "triage agent handing off to a specialist (function tool)",
+        MODEL_500,
+        "tool raises, escapes Runner.run",
+        FED_BACK,
+    ),
+)
+
 LANGGRAPH = Framework(
     name="langgraph",
     module="test_langgraph.py",
@@ -152,24 +173,22 @@ FRAMEWORKS: tuple[Framework, ...] = (
             FED_BACK,
         ),
     ),
-    Framework(
-        name="openai-agents",
-        module="test_openai_agents.py",
-        packages=("openai-agents==0.24.0",),
-        instrumentation=("openinference-instrumentation-openai-agents==2.6.0",),
-        extra=("openai>=1.50",),
-        reads=(
-            SPAN_KIND,
-            "agent.name",
-            "llm.input_messages / llm.output_messages (flattened, tool_calls)",
-            "tool.name, input.value / output.value",
-            "the last model reply (the trace's root carries no output)",
+    OPENAI_AGENTS,
+    replace(
+        OPENAI_AGENTS,
+        name="openai-agents+openllmetry",
+        # Traceloop's OpenLLMetry instrumentation instead of OpenInference's.
+        # Both, as Traceloop.init() instruments them: the SDK's instrumentation alone
+        # records no chat-completions model's output.
+        instrumentation=(
+            "opentelemetry-instrumentation-openai-agents==0.62.4",
+            "opentelemetry-instrumentation-openai==0.62.4",
         ),
-        scenarios=(
-            "triage agent handing off to a specialist (function tool)",
-            MODEL_500,
-            "tool raises, escapes Runner.run",
-            FED_BACK,
+        reads=(
+            "gen_ai.operation.name (invoke_agent, chat, execute_tool)",
+            "gen_ai.agent.name",
+            "gen_ai.input.messages / gen_ai.output.messages (parts)",
+            "gen_ai.tool.name / gen_ai.tool.call.arguments / gen_ai.tool.call.result",
         ),
     ),
     Framework(

@@ -1,8 +1,12 @@
 """The OpenAI Agents SDK (a triage agent handing off to a specialist that calls a function
-tool), traced by openinference-instrumentation-openai-agents."""
+tool), traced one of two ways: by OpenInference's openinference-instrumentation-openai-agents
+(`openai-agents`), or by Traceloop OpenLLMetry's opentelemetry-instrumentation-openai-agents
+(`openai-agents+openllmetry`). `FAULTFINDER_CONFORMANCE_FRAMEWORK` (set by noxfile.py)
+says which one runs."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import agents
@@ -15,17 +19,31 @@ from agents import (
     function_tool,
 )
 from openai import AsyncOpenAI
-from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
 from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-PROJECT = "conformance-openai-agents"
+FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "openai-agents")
+PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
 
-# Only the OpenInference processor runs: the SDK's own one exports to OpenAI.
+# Only the instrumentation's processor runs: the SDK's own one exports to OpenAI.
 agents.set_trace_processors([])
-pipeline = harness.pipeline_fixture(PROJECT, OpenAIAgentsInstrumentor())
+if FRAMEWORK == "openai-agents+openllmetry":
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    # As `Traceloop.init()` sets it up: every installed library instrumented, the openai
+    # client too. Without it no span holds what a chat-completions model answered:
+    # OpenLLMetry's SDK instrumentation records a model's output for Responses API calls
+    # only.
+    pipeline = harness.pipeline_fixture(PROJECT, OpenAIAgentsInstrumentor(), OpenAIInstrumentor())
+else:
+    from openinference.instrumentation.openai_agents import (
+        OpenAIAgentsInstrumentor as OpenInferenceAgentsInstrumentor,
+    )
+
+    pipeline = harness.pipeline_fixture(PROJECT, OpenInferenceAgentsInstrumentor())
 
 
 def triage(llm: ScriptedOpenAI, *, census_fails: bool = False, escapes: bool = False) -> Agent:

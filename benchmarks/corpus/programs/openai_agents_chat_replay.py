@@ -21,7 +21,6 @@ import chat_replay
 from agents import Agent, FunctionTool, ModelSettings, OpenAIChatCompletionsModel, Runner
 from chat_replay import Replay, Scripted, recorded_report
 from openai import AsyncOpenAI
-from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
@@ -72,6 +71,9 @@ def replayer(tracer: Tracer) -> Replay:
 
 
 def instrument(provider: TracerProvider) -> None:
+    # Imported here: the conformance suite also replays under another instrumentation.
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
     # Only the OpenInference processor runs: the SDK's own one exports to OpenAI.
     agents.set_trace_processors([])
     OpenAIAgentsInstrumentor().instrument(tracer_provider=provider)
