@@ -212,3 +212,6 @@ metadata, one attribute per key (LangGraph's `langgraph_node`,
 TRACELOOP_ENTITY_OUTPUT: Final = "traceloop.entity.output"
 """OpenLLMetry: a workflow's, task's or tool's output as JSON (a LangGraph node's
 `{"outputs": state}`)."""
+TRACELOOP_CREWAI_CREW_TASKS: Final = "crewai.crew.tasks"
+"""opentelemetry-instrumentation-crewai (OpenLLMetry): a crew's tasks as a JSON list, as
+OpenInference's `crew_tasks`."""

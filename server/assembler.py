@@ -37,7 +37,13 @@ Rules (pure, and independent of the order in which spans arrived):
    demonstrations in a prompt, an earlier run's answer) is not this run's; one that
    repeats what a step before it said (a tool's report or another agent's message fed
    back in the user's role, as ReAct loops and group chats do) is not the user's.
-8. **A simulated user.** A run that says `faultfinder.run.simulated_user=true` (an
+8. **A tool no span recorded.** A model call whose input carries the conversation so far
+   shows the tools' reports on the calls made before it (`MappedSpan.tool_reports`).
+   Where the run records no step of that tool (an instrumentation that records model
+   calls but not tool executions: OpenLLMetry's CrewAI, an LLM client's alone), each
+   report on a call that a step of this run made becomes a `tool` step of the calling
+   agent, placed before the first model call that saw it.
+9. **A simulated user.** A run that says `faultfinder.run.simulated_user=true` (an
    evaluation harness's user simulator) declares its team: every author of a step other
    than a tool's report or a system prompt, the user included, so the user's turns may
    be blamed.
@@ -105,7 +111,7 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
     )
     with_turns = _with_later_user_turns(steps, step_spans, mapped)
     if trajectory.metadata.get("simulated_user"):
-        # The simulated user is one of the system's participants (rule 8).
+        # The simulated user is one of the system's participants (rule 9).
         roster = [step.agent for step in with_turns if step.kind not in _NOT_PARTICIPANTS]
         metadata = {**trajectory.metadata, "roster": list(dict.fromkeys(roster))}
         return trajectory.model_copy(update={"steps": with_turns, "metadata": metadata})
@@ -129,14 +135,40 @@ one ("yes", "ok, go ahead") is the user's own."""
 def _with_later_user_turns(
     steps: tuple[Step, ...], step_spans: Sequence[SpanRecord], mapped: dict[_SpanKey, MappedSpan]
 ) -> tuple[Step, ...]:
-    """`steps` with the user's later turns (rule 7) as `human` steps, re-indexed."""
-    if not any(mapped[_key(span)].later_user_turns for span in step_spans):
+    """`steps` with the user's later turns (rule 7) as `human` steps and the tools' reports
+    no span recorded (rule 8) as `tool` steps, re-indexed."""
+    if not any(
+        (facts := mapped[_key(span)]).later_user_turns or facts.tool_reports for span in step_spans
+    ):
         return steps
+    recorded_tools = {step.tool_name for step in steps if step.kind is StepKind.TOOL}
     said: list[str] = []
     taken: set[str] = set()
+    reported: set[tuple[str, str]] = set()
     out: list[Step] = []
     for step, span in zip(steps, step_spans, strict=True):
-        for answered, text in mapped[_key(span)].later_user_turns:
+        facts = mapped[_key(span)]
+        for report in facts.tool_reports:
+            key = (_plain(report.call), _plain(report.report))
+            if report.tool_name in recorded_tools or key in reported or not _said(key[0], said):
+                continue
+            reported.add(key)
+            said.append(key[1])
+            out.append(
+                Step(
+                    index=0,
+                    agent=step.agent,
+                    kind=StepKind.TOOL,
+                    content=report.report,
+                    tool_name=report.tool_name,
+                    tool_arguments=report.arguments,
+                    tool_result=report.report,
+                    start_time=step.start_time,
+                    end_time=step.start_time,
+                    metadata={"from_model_input": True},
+                )
+            )
+        for answered, text in facts.later_user_turns:
             turn = _plain(text)
             if turn in taken or not _said(_plain(answered), said) or _echoes(turn, said):
                 continue

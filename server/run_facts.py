@@ -176,9 +176,12 @@ def answer_text(text: str | None) -> str | None:
 
 
 def _first_crew_task(root: SpanRecord) -> str | None:
-    """A CrewAI crew's kickoff (its root) lists the crew's tasks (`crew_tasks`): the
-    user's text is the first task's description."""
-    value = root.attributes.get(c.CREWAI_CREW_TASKS)
+    """A CrewAI crew's kickoff (its root) lists the crew's tasks (OpenInference's
+    `crew_tasks`, OpenLLMetry's `crewai.crew.tasks`): the user's text is the first task's
+    description."""
+    value = root.attributes.get(c.CREWAI_CREW_TASKS) or root.attributes.get(
+        c.TRACELOOP_CREWAI_CREW_TASKS
+    )
     if not isinstance(value, str) or not value.lstrip().startswith("["):
         return None
     try:

@@ -17,6 +17,7 @@ from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus
 from faultfinder.server.otlp.messages import (
     OI_FLATTENED_PREFIXES,
+    ToolReport,
     as_text,
     decode_messages,
     later_user_turns,
@@ -24,6 +25,7 @@ from faultfinder.server.otlp.messages import (
     messages_text,
     openinference_later_user_turns,
     openinference_messages_text,
+    tool_reports,
     upper,
 )
 from faultfinder.server.otlp.model import AttributeValue, SpanRecord, StatusCode
@@ -149,6 +151,10 @@ class MappedSpan:
     node_author: str | None = None
     """Where `agent` is a LangGraph node: the name its output's AI messages carry
     (`shapes.graph_node_author`), which the assembler gives the node's steps."""
+    tool_reports: tuple[ToolReport, ...] = ()
+    """A model call's input messages that are tools' reports, each with the call it
+    answers (`messages.tool_reports`): the only record of a tool call whose
+    instrumentation records no tool span."""
 
 
 _OPERATION_KINDS: dict[str, StepKind] = {
@@ -246,10 +252,12 @@ def map_span(span: SpanRecord) -> MappedSpan:
         ),
     )
     later_turns: tuple[tuple[str, str], ...] = ()
+    reports: tuple[ToolReport, ...] = ()
     if kind is StepKind.LLM:
         later_turns = later_user_turns(input_messages) or openinference_later_user_turns(
             attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened
         )
+        reports = tool_reports(input_messages)
     step_index = _index(attrs.get(c.STEP_INDEX))
     explicit = step_index is not None or any(
         attrs.get(key) is not None for key in (c.STEP_KIND, c.STEP_ROLE, c.STEP_CONTENT)
@@ -283,6 +291,7 @@ def map_span(span: SpanRecord) -> MappedSpan:
             or (named_agent is not None and content is not None)
         ),
         later_user_turns=later_turns,
+        tool_reports=reports,
         agent_from_context=context_agent is not None,
         node_author=graph_node_author(attrs) if context_agent is not None else None,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from faultfinder.server.otlp.model import AttributeValue
 
 __all__ = [
     "OI_FLATTENED_PREFIXES",
+    "ToolReport",
     "as_text",
     "decode_messages",
     "later_user_turns",
@@ -28,6 +30,7 @@ __all__ = [
     "openinference_messages_text",
     "part_text",
     "tool_call_text",
+    "tool_reports",
     "upper",
 ]
 
@@ -128,6 +131,72 @@ def later_user_turns(messages: list[Any] | None) -> tuple[tuple[str, str], ...]:
             if text and text.strip():
                 turns.append((answered, text))
     return tuple(turns)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReport:
+    """A tool's report in a model call's input: the call it answers, as the assistant's
+    message asking for it reads (`tool(args)`), and what the tool answered."""
+
+    call: str
+    tool_name: str
+    arguments: str | None
+    report: str
+
+
+def tool_reports(messages: list[Any] | None) -> tuple[ToolReport, ...]:
+    """The tools' reports in a model call's input that carries the conversation so far,
+    each matched by its call id to the assistant's call it answers: GenAI messages
+    (`tool_call` and `tool_call_response` parts) or OpenAI-shaped ones (`tool_calls` and
+    a `tool` message with its `tool_call_id`). A report whose call is not in the input is
+    left out."""
+    calls: dict[str, tuple[str, str | None]] = {}
+    reports: list[ToolReport] = []
+    for message in messages or ():
+        if not isinstance(message, dict):
+            continue
+        role = lower(message.get("role"))
+        parts = message.get("parts")
+        if role in _ASSISTANT_ROLES:
+            for call_id, name, arguments in _calls_of(message, parts):
+                calls[call_id] = (name, arguments)
+        elif role == "tool":
+            answers = (
+                [(p.get("id"), p.get("response")) for p in parts if _is_response(p)]
+                if isinstance(parts, list)
+                else [(message.get("tool_call_id"), message.get("content"))]
+            )
+            for call_id, response in answers:
+                called = calls.get(call_id) if isinstance(call_id, str) else None
+                text = as_text(response)
+                if called is not None and text is not None:
+                    name, arguments = called
+                    call = tool_call_text(name, arguments)
+                    reports.append(ToolReport(call, name, arguments, text))
+    return tuple(reports)
+
+
+def _is_response(part: object) -> bool:
+    return isinstance(part, dict) and lower(part.get("type")) == "tool_call_response"
+
+
+def _calls_of(message: dict[str, Any], parts: object) -> list[tuple[str, str, str | None]]:
+    """(id, name, arguments) of each tool call an assistant's message makes."""
+    found: list[tuple[str, str, str | None]] = []
+    if isinstance(parts, list):
+        for part in parts:
+            if isinstance(part, dict) and lower(part.get("type")) == "tool_call":
+                call_id, name = part.get("id"), part.get("name")
+                if isinstance(call_id, str) and isinstance(name, str):
+                    found.append((call_id, name, as_text(part.get("arguments"))))
+        return found
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(call.get("id"), str):
+            name = function.get("name")
+            if isinstance(name, str):
+                found.append((call["id"], name, as_text(function.get("arguments"))))
+    return found
 
 
 def _unnamed(name: object) -> bool:

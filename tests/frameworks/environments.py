@@ -154,6 +154,22 @@ FRAMEWORKS: tuple[Framework, ...] = (
         instrumentation=(*CREWAI.instrumentation, "openinference-instrumentation-openai==0.1.66"),
         reads=(*CREWAI.reads, TOOL_CALLS),
     ),
+    replace(
+        CREWAI,
+        name="crewai+openllmetry",
+        # Traceloop's OpenLLMetry, as Traceloop.init() sets it up: CrewAI's and the
+        # openai client's instrumentation.
+        instrumentation=(
+            "opentelemetry-instrumentation-crewai==0.62.4",
+            "opentelemetry-instrumentation-openai==0.62.4",
+        ),
+        reads=(
+            "gen_ai.operation.name (invoke_agent, chat), gen_ai.agent.name",
+            "crewai.crew.tasks (the first task's description)",
+            "gen_ai.output.messages (parts)",
+            "gen_ai.input.messages: tool calls' reports (no tool span is recorded)",
+        ),
+    ),
     Framework(
         name="dspy",
         module="test_dspy.py",

@@ -2,7 +2,10 @@
 openinference-instrumentation-crewai, in two environments (tests/frameworks/
 environments.py): `crewai`, CrewAI's instrumentation alone, and `crewai+openai`, with the
 OpenAI client's as well (CrewAI calls OpenAI-compatible models through the openai client,
-not litellm). `FAULTFINDER_CONFORMANCE_FRAMEWORK` (set by noxfile.py) says which one runs.
+not litellm); and by Traceloop OpenLLMetry's CrewAI and openai client instrumentations
+(`crewai+openllmetry`, as `Traceloop.init()` sets them up), which record no tool span: the
+tool calls are read from the model calls' inputs. `FAULTFINDER_CONFORMANCE_FRAMEWORK`
+(set by noxfile.py) says which one runs.
 
 CrewAI's instrumentation alone records no model call: an agent's answer is only the
 output of its task span, and no step records the model asking for a tool before it ran
@@ -22,23 +25,32 @@ os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
 from crewai import LLM, Agent, Crew, Process, Task
 from crewai.tools import BaseTool
-from openinference.instrumentation.crewai import CrewAIInstrumentor
 
 from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Instrumentor, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
 FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "crewai")
-WITH_MODEL_SPANS = FRAMEWORK == "crewai+openai"
+WITH_MODEL_SPANS = FRAMEWORK in ("crewai+openai", "crewai+openllmetry")
 PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
 WRITING = "Write one sentence about the population of Lyon."
 NOTE = "Lyon, a city of 225,520 inhabitants, is France's third city."
 
-INSTRUMENTORS: list[Instrumentor] = [CrewAIInstrumentor()]
-if WITH_MODEL_SPANS:
-    from openinference.instrumentation.openai import OpenAIInstrumentor
+INSTRUMENTORS: list[Instrumentor] = []
+if FRAMEWORK == "crewai+openllmetry":
+    # As Traceloop.init() sets it up: CrewAI's and the openai client's.
+    from opentelemetry.instrumentation.crewai import CrewAIInstrumentor as CrewAITraceloop
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor as OpenAITraceloop
 
-    INSTRUMENTORS.append(OpenAIInstrumentor())
+    INSTRUMENTORS += [CrewAITraceloop(), OpenAITraceloop()]
+else:
+    from openinference.instrumentation.crewai import CrewAIInstrumentor
+
+    INSTRUMENTORS.append(CrewAIInstrumentor())
+    if WITH_MODEL_SPANS:
+        from openinference.instrumentation.openai import OpenAIInstrumentor
+
+        INSTRUMENTORS.append(OpenAIInstrumentor())
 pipeline = harness.pipeline_fixture(PROJECT, *INSTRUMENTORS)
 
 
@@ -122,5 +134,12 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
     assert error is None  # CrewAI feeds the tool's error back to the model
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
+    if FRAMEWORK == "crewai+openllmetry":
+        # OpenLLMetry records no tool span: the call is known only from the model's input,
+        # where the error is the tool's report, with no status to say it failed.
+        (call,) = [s for s in run["trajectory"]["steps"] if s["kind"] == "tool"]
+        assert (call["agent"], call["tool_name"]) == ("Researcher", "census_lookup"), call
+        assert TIMED_OUT in call["content"] and call["status"] == "unset", call
+        return
     failed = harness.failed_tool_step(run, "Researcher")
     assert TIMED_OUT in (failed["error"] or "")

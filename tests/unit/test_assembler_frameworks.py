@@ -133,9 +133,9 @@ def test_a_tool_span_around_other_work_stays_a_container() -> None:
     assert [s.tool_name for s in result.steps] == ["census"]
 
 
-def _crew_without_model_spans() -> list[SpanRecord]:
+def _crew_without_model_spans(tasks_attribute: str = c.CREWAI_CREW_TASKS) -> list[SpanRecord]:
     """CrewAI traced by its own instrumentation alone: task spans (AGENT) around tool spans,
-    no LLM span anywhere."""
+    no LLM span anywhere; the crew's tasks listed under `tasks_attribute`."""
     recorder = SpanRecorder()
     tasks = json.dumps(
         [
@@ -148,7 +148,7 @@ def _crew_without_model_spans() -> list[SpanRecord]:
         start_time=T0,
         attributes={
             c.OPENINFERENCE_SPAN_KIND: "CHAIN",
-            c.CREWAI_CREW_TASKS: tasks,
+            tasks_attribute: tasks,
             c.OI_OUTPUT_VALUE: json.dumps({"raw": "Lyon, a city of 225,520.", "tasks_output": []}),
         },
     )
@@ -281,8 +281,15 @@ def test_an_instant_span_of_its_parents_kind_is_an_event_of_the_parent_not_a_ste
     assert result.agents == ("researcher",)
 
 
-def test_a_crews_task_is_its_first_tasks_description_never_a_tools_arguments() -> None:
-    result = assemble_trajectory("r", _crew_without_model_spans())
+@pytest.mark.parametrize(
+    "tasks_attribute",
+    # OpenInference's name, and OpenLLMetry's for the same list.
+    [c.CREWAI_CREW_TASKS, c.TRACELOOP_CREWAI_CREW_TASKS],
+)
+def test_a_crews_task_is_its_first_tasks_description_never_a_tools_arguments(
+    tasks_attribute: str,
+) -> None:
+    result = assemble_trajectory("r", _crew_without_model_spans(tasks_attribute))
     assert result.task == "What is the population of Lyon?"
 
 

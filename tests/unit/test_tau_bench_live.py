@@ -23,8 +23,9 @@ LIVE = {
     "live-pydantic-ai": REPO / "benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl",
     "live-langgraph": REPO / "benchmarks/conversations/tau-bench-airline-live-langgraph.jsonl",
 }
-ASSISTANT = {"live": "assistant", "live-pydantic-ai": "assistant", "live-langgraph": "agent"}
-"""What each framework calls the one agent (LangGraph's `create_react_agent`: its node)."""
+ASSISTANT = "assistant"
+"""The one agent's name in every live set: the SDKs' agent's, and the name LangGraph's
+`create_react_agent` was given (not its node's, `agent`)."""
 
 
 def _words(text: str) -> str:
@@ -66,11 +67,11 @@ def test_the_committed_live_sets_label_the_turn_the_people_labelled(suffix: str)
         said = source.trajectory.steps[source.gold.step]
         step = record.trajectory.steps[record.gold.step]
         customer = source.gold.agent == "user"
-        assert record.gold.agent == step.agent == ("user" if customer else ASSISTANT[suffix])
+        assert record.gold.agent == step.agent == ("user" if customer else ASSISTANT)
         assert step.kind is (StepKind.HUMAN if step.agent == "user" else StepKind.LLM)
         assert (
             _words(said.content) == _words(step.content) or (said.tool_name or "\0") in step.content
         )
         assert record.subset == source.subset
         assert is_conversation(record.trajectory)
-        assert set(blameable_agents(record.trajectory)) == {ASSISTANT[suffix], "user"}
+        assert set(blameable_agents(record.trajectory)) == {ASSISTANT, "user"}
