@@ -10,8 +10,8 @@ run, the model calls are its `llm` steps in order and the customer's later turns
 - a customer turn: the user step that turn became;
 - an assistant message or a tool call: the `llm` step of the model call that said it (the
   decision, not the tool's execution that followed), under the name the framework gives
-  the run's one agent (`assistant` as the SDKs name it, `agent` as LangGraph's
-  `create_react_agent` names its node).
+  the run's one agent (`assistant` as the SDKs and the replay's LangGraph
+  `create_react_agent` name it).
 
 A label on the customer's first turn (the run's task, no step of a live run) or one whose
 step the sidecar's trajectory does not show is reported and left out, never guessed.
