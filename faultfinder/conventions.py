@@ -215,3 +215,7 @@ TRACELOOP_ENTITY_OUTPUT: Final = "traceloop.entity.output"
 TRACELOOP_CREWAI_CREW_TASKS: Final = "crewai.crew.tasks"
 """opentelemetry-instrumentation-crewai (OpenLLMetry): a crew's tasks as a JSON list, as
 OpenInference's `crew_tasks`."""
+AGNO_TEAM_NAME: Final = "agno.team.name"
+"""opentelemetry-instrumentation-agno (OpenLLMetry): an Agno Team's name, on the team's
+run span, whose leader's model calls lie directly beneath it (OpenInference names the
+team as an agent)."""

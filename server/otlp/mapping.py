@@ -190,7 +190,9 @@ def map_span(span: SpanRecord) -> MappedSpan:
     operation = lower(attrs.get(c.GEN_AI_OPERATION_NAME))
     oi_kind = upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
 
-    named_agent = _first_name(attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID))
+    named_agent = _first_name(
+        attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID, c.AGNO_TEAM_NAME)
+    )
     convention_kind = _OPERATION_KINDS.get(operation) or _OPENINFERENCE_KINDS.get(oi_kind)
     if oi_kind == c.OI_KIND_AGENT and not named_agent and as_text(attrs.get(c.OI_TOOL_NAME)):
         # A tool's call marked as an agent: openinference-instrumentation-langchain marks

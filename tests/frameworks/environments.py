@@ -125,6 +125,46 @@ LANGGRAPH = Framework(
     ),
 )
 
+LLAMAINDEX = Framework(
+    name="llamaindex",
+    module="test_llamaindex.py",
+    packages=("llama-index-core==0.14.25", "llama-index-llms-openai-like==0.8.1"),
+    instrumentation=("openinference-instrumentation-llama-index==4.6.1",),
+    reads=(
+        SPAN_KIND,
+        "input.value (workflow event `current_agent_name`)",
+        MESSAGES,
+        "output.value (`ToolOutput` blocks)",
+        TOOL_NAME,
+    ),
+    scenarios=(
+        "AgentWorkflow: two FunctionAgents, a tool and a handoff",
+        MODEL_500,
+        FED_BACK,
+    ),
+)
+
+AGNO = Framework(
+    name="agno",
+    module="test_agno.py",
+    packages=("agno==3.1.10",),
+    instrumentation=("openinference-instrumentation-agno==1.0.15",),
+    # Agno's OpenAIChat model is the openai client's.
+    extra=("openai>=1.50",),
+    reads=(
+        SPAN_KIND,
+        "AGENT span name `<agent>.run` / agent.name",
+        "input.value (the user's text)",
+        TOOL_CALLS,
+        "tool.name, output.value",
+    ),
+    scenarios=(
+        "Team leader delegating to a member agent (function tool)",
+        MODEL_500,
+        FED_BACK,
+    ),
+)
+
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
         name="smolagents",
@@ -303,42 +343,21 @@ FRAMEWORKS: tuple[Framework, ...] = (
             "gen_ai.tool.call.arguments / .result (LangChain's callback arguments)",
         ),
     ),
-    Framework(
-        name="llamaindex",
-        module="test_llamaindex.py",
-        packages=("llama-index-core==0.14.25", "llama-index-llms-openai-like==0.8.1"),
-        instrumentation=("openinference-instrumentation-llama-index==4.6.1",),
+    LLAMAINDEX,
+    AGNO,
+    replace(
+        AGNO,
+        name="agno+openllmetry",
+        # Traceloop's OpenLLMetry, as Traceloop.init() sets it up: the framework's and the
+        # openai client's instrumentation.
+        instrumentation=(
+            "opentelemetry-instrumentation-agno==0.62.4",
+            "opentelemetry-instrumentation-openai==0.62.4",
+        ),
         reads=(
-            SPAN_KIND,
-            "input.value (workflow event `current_agent_name`)",
-            MESSAGES,
-            "output.value (`ToolOutput` blocks)",
-            TOOL_NAME,
-        ),
-        scenarios=(
-            "AgentWorkflow: two FunctionAgents, a tool and a handoff",
-            MODEL_500,
-            FED_BACK,
-        ),
-    ),
-    Framework(
-        name="agno",
-        module="test_agno.py",
-        packages=("agno==3.1.10",),
-        instrumentation=("openinference-instrumentation-agno==1.0.15",),
-        # Agno's OpenAIChat model is the openai client's.
-        extra=("openai>=1.50",),
-        reads=(
-            SPAN_KIND,
-            "AGENT span name `<agent>.run` / agent.name",
-            "input.value (the user's text)",
-            TOOL_CALLS,
-            "tool.name, output.value",
-        ),
-        scenarios=(
-            "Team leader delegating to a member agent (function tool)",
-            MODEL_500,
-            FED_BACK,
+            "agno.team.name (the team's leader), gen_ai.agent.name (a member)",
+            "gen_ai.input.messages / gen_ai.output.messages (parts)",
+            "gen_ai.input.messages: tool calls' reports (the tool spans carry only Agno's repr)",
         ),
     ),
     Framework(

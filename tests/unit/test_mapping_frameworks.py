@@ -476,3 +476,12 @@ def test_a_google_genai_model_response_reads_as_its_text() -> None:
     calls = {"content": {"parts": [{"function_call": {"name": "f"}}], "role": "model"}}
     raw = json.dumps(calls)
     assert mapped({c.OPENINFERENCE_SPAN_KIND: "CHAIN", c.OI_OUTPUT_VALUE: raw}).content == raw
+
+
+def test_an_agno_teams_run_names_its_leader_for_the_model_calls_beneath() -> None:
+    # opentelemetry-instrumentation-agno (OpenLLMetry): the team's span says only its name.
+    team = mapped(
+        {"traceloop.span.kind": "workflow", c.AGNO_TEAM_NAME: "coordinator"},
+        name="coordinator.team",
+    )
+    assert (team.agent, team.is_step_candidate) == ("coordinator", False)
