@@ -166,13 +166,12 @@ def tool_reports(messages: list[Any] | None) -> tuple[ToolReport, ...]:
                 if isinstance(parts, list)
                 else [(message.get("tool_call_id"), message.get("content"))]
             )
-            for call_id, response in answers:
-                called = calls.get(call_id) if isinstance(call_id, str) else None
+            for answered, response in answers:
+                called = calls.get(answered) if isinstance(answered, str) else None
                 text = as_text(response)
                 if called is not None and text is not None:
-                    name, arguments = called
-                    call = tool_call_text(name, arguments)
-                    reports.append(ToolReport(call, name, arguments, text))
+                    tool, given = called
+                    reports.append(ToolReport(tool_call_text(tool, given), tool, given, text))
     return tuple(reports)
 
 
