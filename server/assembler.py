@@ -41,8 +41,9 @@ Rules (pure, and independent of the order in which spans arrived):
    shows the tools' reports on the calls made before it (`MappedSpan.tool_reports`).
    Where the run records no step of that tool (an instrumentation that records model
    calls but not tool executions: OpenLLMetry's CrewAI, an LLM client's alone), each
-   report on a call that a step of this run made becomes a `tool` step of the calling
-   agent, placed before the first model call that saw it.
+   report on a call that a step of this run made (a line of its text saying the call)
+   becomes a `tool` step of the agent of that step, placed before the first model call
+   that saw it.
 9. **A simulated user.** A run that says `faultfinder.run.simulated_user=true` (an
    evaluation harness's user simulator) declares its team: every author of a step other
    than a tool's report or a system prompt, the user included, so the user's turns may
@@ -142,6 +143,7 @@ def _with_later_user_turns(
     ):
         return steps
     recorded_tools = {step.tool_name for step in steps if step.kind is StepKind.TOOL}
+    callers: dict[str, str] = {}
     said: list[str] = []
     taken: set[str] = set()
     reported: set[tuple[str, str]] = set()
@@ -150,14 +152,15 @@ def _with_later_user_turns(
         facts = mapped[_key(span)]
         for report in facts.tool_reports:
             key = (_plain(report.call), _plain(report.report))
-            if report.tool_name in recorded_tools or key in reported or not _said(key[0], said):
+            caller = callers.get(key[0])
+            if report.tool_name in recorded_tools or key in reported or caller is None:
                 continue
             reported.add(key)
             said.append(key[1])
             out.append(
                 Step(
                     index=0,
-                    agent=step.agent,
+                    agent=caller,
                     kind=StepKind.TOOL,
                     content=report.report,
                     tool_name=report.tool_name,
@@ -190,6 +193,10 @@ def _with_later_user_turns(
             for text in (step.content, step.tool_result, step.tool_arguments)
             if text and (plain := _plain(text))
         )
+        if step.kind is not StepKind.TOOL and step.content:
+            # A model reply asking for tools says each call on a line of its own.
+            for line in step.content.splitlines():
+                callers.setdefault(_plain(line), step.agent)
     if len(out) == len(steps):
         return steps
     return tuple(step.model_copy(update={"index": i}) for i, step in enumerate(out))
@@ -315,8 +322,14 @@ def _step_spans(
 def _marks_an_agent(facts: MappedSpan) -> bool:
     """An agent invocation saying nothing (no input, output or error) marks where an agent
     ran; childless, it is no step: OpenLLMetry marks each LangGraph subgraph so, beside
-    the task span that holds the agent's work."""
-    return facts.is_agent_span and not (facts.content or facts.input or facts.error)
+    the task span that holds the agent's work. A span placed as a step by its own
+    attributes (`faultfinder.step.index`, a role) is one, blank or not."""
+    return (
+        facts.is_agent_span
+        and facts.step_index is None
+        and facts.role is None
+        and not (facts.content or facts.input or facts.error)
+    )
 
 
 def _answers_unrecorded(facts: MappedSpan, above_words: bool) -> bool:

@@ -25,6 +25,7 @@ from faultfinder.server.otlp.messages import (
     messages_text,
     openinference_later_user_turns,
     openinference_messages_text,
+    openinference_tool_reports,
     tool_reports,
     upper,
 )
@@ -259,7 +260,9 @@ def map_span(span: SpanRecord) -> MappedSpan:
         later_turns = later_user_turns(input_messages) or openinference_later_user_turns(
             attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened
         )
-        reports = tool_reports(input_messages)
+        reports = tool_reports(input_messages) or openinference_tool_reports(
+            attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened
+        )
     step_index = _index(attrs.get(c.STEP_INDEX))
     explicit = step_index is not None or any(
         attrs.get(key) is not None for key in (c.STEP_KIND, c.STEP_ROLE, c.STEP_CONTENT)

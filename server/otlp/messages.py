@@ -28,6 +28,7 @@ __all__ = [
     "messages_text",
     "openinference_later_user_turns",
     "openinference_messages_text",
+    "openinference_tool_reports",
     "part_text",
     "tool_call_text",
     "tool_reports",
@@ -302,6 +303,49 @@ def openinference_messages_text(
         if text is not None:
             texts.append(text)
     return "\n".join(texts) if texts else None
+
+
+def openinference_tool_reports(
+    attrs: Mapping[str, AttributeValue], prefix: str, *, flattened: bool = True
+) -> tuple[ToolReport, ...]:
+    """`tool_reports` of OpenInference's `prefix.N.message.*` messages, each read as the
+    OpenAI-shaped message it flattens (`message.tool_calls.M.tool_call.id` / `.function.*`,
+    `message.tool_call_id`). `flattened=False` says no attribute starts with either
+    message prefix (no scan)."""
+    unflattened = attrs.get(prefix)
+    if unflattened is not None:
+        return tool_reports(decode_messages(unflattened))
+    if not flattened:
+        return ()
+    return tool_reports(
+        [_openai_shaped(fields) for fields in _openinference_messages(attrs, prefix)]
+    )
+
+
+_OI_TOOL_CALL_FIELD = re.compile(rf"^{re.escape(c.OI_MESSAGE_TOOL_CALLS)}\.(\d+)\.(.+)$")
+
+
+def _openai_shaped(fields: Mapping[str, AttributeValue]) -> dict[str, Any]:
+    """One flattened OpenInference message as the OpenAI-shaped message it stands for."""
+    calls: dict[int, dict[str, AttributeValue]] = {}
+    for key, value in fields.items():
+        if match := _OI_TOOL_CALL_FIELD.match(key):
+            calls.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return {
+        "role": fields.get(c.OI_MESSAGE_ROLE),
+        "content": fields.get(c.OI_MESSAGE_CONTENT),
+        "tool_call_id": fields.get(c.OI_MESSAGE_TOOL_CALL_ID),
+        "tool_calls": [
+            {
+                "id": calls[m].get(c.OI_TOOL_CALL_ID),
+                "function": {
+                    "name": calls[m].get(c.OI_TOOL_CALL_FUNCTION_NAME),
+                    "arguments": calls[m].get(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS),
+                },
+            }
+            for m in sorted(calls)
+        ],
+    }
 
 
 def _openinference_messages(

@@ -165,6 +165,20 @@ AGNO = Framework(
     ),
 )
 
+OPENAI_CLIENT = Framework(
+    name="openai-client",
+    module="test_openai_client.py",
+    packages=("openai==2.54.0",),
+    instrumentation=("openinference-instrumentation-openai==0.1.66",),
+    reads=(
+        SPAN_KIND,
+        "llm.input_messages / llm.output_messages (`tool_calls`)",
+        "llm.input_messages: tool calls' reports (`tool_call.id`, `message.tool_call_id`)",
+        "service.name (the agent: no span names one)",
+    ),
+    scenarios=("no framework: a hand-written tool loop on the openai client", MODEL_500, FED_BACK),
+)
+
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
         name="smolagents",
@@ -344,6 +358,19 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
     ),
     LLAMAINDEX,
+    OPENAI_CLIENT,
+    replace(
+        OPENAI_CLIENT,
+        name="openai-client+openllmetry",
+        # Traceloop's OpenLLMetry instrumentation instead of OpenInference's.
+        instrumentation=("opentelemetry-instrumentation-openai==0.62.4",),
+        reads=(
+            "gen_ai.operation.name (chat)",
+            "gen_ai.input.messages / gen_ai.output.messages (parts)",
+            "gen_ai.input.messages: tool calls' reports (`tool_call_response` parts)",
+            "service.name (the agent: no span names one)",
+        ),
+    ),
     AGNO,
     replace(
         AGNO,

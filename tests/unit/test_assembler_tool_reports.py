@@ -15,7 +15,11 @@ import pytest
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind
 from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.messages import ToolReport, tool_reports
+from faultfinder.server.otlp.messages import (
+    ToolReport,
+    openinference_tool_reports,
+    tool_reports,
+)
 from tests.otlp_helpers import MS, T0, SpanRecorder, mapped, span_records
 
 TASK = "How many people live in Lyon?"
@@ -38,7 +42,11 @@ def _user() -> dict[str, Any]:
 
 
 def _chat(
-    recorder: SpanRecorder, at: int, inputs: list[dict[str, Any]], output: dict[str, Any]
+    recorder: SpanRecorder,
+    at: int,
+    inputs: list[dict[str, Any]],
+    output: dict[str, Any],
+    agent: str = "Researcher",
 ) -> None:
     recorder.span(
         "openai.chat",
@@ -46,7 +54,7 @@ def _chat(
         end=T0 + (at + 1) * MS - 1,
         attributes={
             c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
-            c.GEN_AI_AGENT_NAME: "Researcher",
+            c.GEN_AI_AGENT_NAME: agent,
             c.GEN_AI_INPUT_MESSAGES: json.dumps(inputs),
             c.GEN_AI_OUTPUT_MESSAGES: json.dumps([output]),
         },
@@ -76,6 +84,22 @@ def test_reports_are_matched_to_their_calls_in_both_message_shapes() -> None:
         {"role": "tool", "tool_call_id": "c1", "content": REPORT},
     ]
     assert tool_reports(openai_shaped) == genai
+    # OpenInference flattens the same messages into attributes.
+    flattened = {
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": TASK,
+        "llm.input_messages.1.message.role": "assistant",
+        "llm.input_messages.1.message.tool_calls.0.tool_call.id": "c1",
+        "llm.input_messages.1.message.tool_calls.0.tool_call.function.name": "census",
+        "llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments": (
+            '{"city": "Lyon"}'
+        ),
+        "llm.input_messages.2.message.role": "tool",
+        "llm.input_messages.2.message.tool_call_id": "c1",
+        "llm.input_messages.2.message.content": REPORT,
+    }
+    assert openinference_tool_reports(flattened, c.OI_LLM_INPUT_MESSAGES) == genai
+    assert openinference_tool_reports(flattened, c.OI_LLM_INPUT_MESSAGES, flattened=False) == ()
     assert tool_reports(None) == () and tool_reports([_user(), _answer(CLAIM)]) == ()
 
 
@@ -97,6 +121,19 @@ def test_a_report_no_span_recorded_becomes_the_callers_tool_step() -> None:
         REPORT,
         '{"city": "Lyon"}',
     )
+
+
+def test_a_report_first_seen_by_another_agent_is_the_callers_step() -> None:
+    # The writer's model call is the first to see the researcher's call answered.
+    recorder = SpanRecorder()
+    _chat(recorder, 0, [_user()], _call())
+    _chat(recorder, 2, [_user(), _call(), _report()], _answer(CLAIM), agent="Writer")
+    steps = assemble_trajectory("r", span_records(recorder.spans)).steps
+    assert [(s.agent, s.kind) for s in steps] == [
+        ("Researcher", StepKind.LLM),
+        ("Researcher", StepKind.TOOL),
+        ("Writer", StepKind.LLM),
+    ]
 
 
 @pytest.mark.parametrize("recorded", [True, False])
