@@ -84,6 +84,8 @@ class WalCheckpointer:
         than waiting for the first."""
         self.restart_wanted = threading.Event()
         """Set when the log has grown past `RESTART_PAGES` (the write thread restarts it)."""
+        self.passes = 0
+        """Checkpoints tried so far: what a caller waits on to know one ran after a write."""
 
     def start(self) -> None:
         self._thread.start()
@@ -111,6 +113,7 @@ class WalCheckpointer:
                 self._wake.wait(CHECKPOINT_EVERY_S)
                 self._wake.clear()
                 self._checkpoint(connection)
+                self.passes += 1
                 if self._stop.is_set():
                     return
         finally:
