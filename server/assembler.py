@@ -53,6 +53,8 @@ Rules (pure, and independent of the order in which spans arrived):
 from __future__ import annotations
 
 import bisect
+import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -110,7 +112,7 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
     trajectory = trajectory_with_facts(
         run_id, ordered, root, mapped[_key(root)], first_step_facts, step_spans, steps
     )
-    with_turns = _with_later_user_turns(steps, step_spans, mapped)
+    with_turns = _with_steps_from_model_inputs(steps, step_spans, mapped)
     if trajectory.metadata.get("simulated_user"):
         # The simulated user is one of the system's participants (rule 9).
         roster = [step.agent for step in with_turns if step.kind not in _NOT_PARTICIPANTS]
@@ -133,7 +135,7 @@ _QUOTE_CHARS = 16
 one ("yes", "ok, go ahead") is the user's own."""
 
 
-def _with_later_user_turns(
+def _with_steps_from_model_inputs(
     steps: tuple[Step, ...], step_spans: Sequence[SpanRecord], mapped: dict[_SpanKey, MappedSpan]
 ) -> tuple[Step, ...]:
     """`steps` with the user's later turns (rule 7) as `human` steps and the tools' reports
@@ -151,7 +153,7 @@ def _with_later_user_turns(
     for step, span in zip(steps, step_spans, strict=True):
         facts = mapped[_key(span)]
         for report in facts.tool_reports:
-            key = (_plain(report.call), _plain(report.report))
+            key = (_call_key(report.tool_name, report.arguments), _plain(report.report))
             caller = callers.get(key[0])
             if report.tool_name in recorded_tools or key in reported or caller is None:
                 continue
@@ -196,13 +198,26 @@ def _with_later_user_turns(
         if step.kind is not StepKind.TOOL and step.content:
             # A model reply asking for tools says each call on a line of its own.
             for line in step.content.splitlines():
-                callers.setdefault(_plain(line), step.agent)
+                if called := _CALL_LINE.match(line.strip()):
+                    callers.setdefault(_call_key(*called.groups()), step.agent)
     if len(out) == len(steps):
         return steps
     return tuple(step.model_copy(update={"index": i}) for i, step in enumerate(out))
 
 
 _USER = "user"
+_CALL_LINE = re.compile(r"^([^\s(]+)\((.*)\)$", re.DOTALL)
+"""A line of a step saying a tool call, as the mapping writes one: `name(arguments)`."""
+
+
+def _call_key(name: str, arguments: str | None) -> str:
+    """A tool call as a key that ignores how its arguments were written: a model's reply
+    and a later call's input may spell the same JSON with other spacing or key order."""
+    try:
+        spelled = json.dumps(json.loads(arguments or "null"), sort_keys=True)
+    except (ValueError, TypeError, RecursionError):
+        spelled = _plain(arguments or "")
+    return f"{name.strip()}({spelled})"
 
 
 def _plain(text: str) -> str:
@@ -297,7 +312,7 @@ def _step_spans(
         span
         for span in ordered
         if mapped[_key(span)].is_step_candidate
-        and not (_key(span) not in parents and _marks_an_agent(mapped[_key(span)]))
+        and (_key(span) in parents or not _marks_an_agent(mapped[_key(span)]))
     ]
     if candidates:
         containers: set[_SpanKey] = set()

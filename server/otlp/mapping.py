@@ -23,9 +23,8 @@ from faultfinder.server.otlp.messages import (
     later_user_turns,
     lower,
     messages_text,
-    openinference_later_user_turns,
+    openinference_messages,
     openinference_messages_text,
-    openinference_tool_reports,
     tool_reports,
     upper,
 )
@@ -191,9 +190,7 @@ def map_span(span: SpanRecord) -> MappedSpan:
     operation = lower(attrs.get(c.GEN_AI_OPERATION_NAME))
     oi_kind = upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
 
-    named_agent = _first_name(
-        attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID, c.AGNO_TEAM_NAME)
-    )
+    named_agent = _first_name(attrs, (c.GEN_AI_AGENT_NAME, c.OI_AGENT_NAME, c.OI_GRAPH_NODE_ID))
     convention_kind = _OPERATION_KINDS.get(operation) or _OPENINFERENCE_KINDS.get(oi_kind)
     if oi_kind == c.OI_KIND_AGENT and not named_agent and as_text(attrs.get(c.OI_TOOL_NAME)):
         # A tool's call marked as an agent: openinference-instrumentation-langchain marks
@@ -257,12 +254,11 @@ def map_span(span: SpanRecord) -> MappedSpan:
     later_turns: tuple[tuple[str, str], ...] = ()
     reports: tuple[ToolReport, ...] = ()
     if kind is StepKind.LLM:
-        later_turns = later_user_turns(input_messages) or openinference_later_user_turns(
+        messages = input_messages or openinference_messages(
             attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened
         )
-        reports = tool_reports(input_messages) or openinference_tool_reports(
-            attrs, c.OI_LLM_INPUT_MESSAGES, flattened=flattened
-        )
+        later_turns = later_user_turns(messages)
+        reports = tool_reports(messages)
     step_index = _index(attrs.get(c.STEP_INDEX))
     explicit = step_index is not None or any(
         attrs.get(key) is not None for key in (c.STEP_KIND, c.STEP_ROLE, c.STEP_CONTENT)

@@ -26,9 +26,8 @@ __all__ = [
     "lower",
     "message_text",
     "messages_text",
-    "openinference_later_user_turns",
+    "openinference_messages",
     "openinference_messages_text",
-    "openinference_tool_reports",
     "part_text",
     "tool_call_text",
     "tool_reports",
@@ -136,10 +135,10 @@ def later_user_turns(messages: list[Any] | None) -> tuple[tuple[str, str], ...]:
 
 @dataclass(frozen=True, slots=True)
 class ToolReport:
-    """A tool's report in a model call's input: the call it answers, as the assistant's
-    message asking for it reads (`tool(args)`), and what the tool answered."""
+    """A tool's report in a model call's input: the call it answers (the tool and its
+    arguments, as the assistant's message asking for it gave them) and what the tool
+    answered."""
 
-    call: str
     tool_name: str
     arguments: str | None
     report: str
@@ -172,7 +171,7 @@ def tool_reports(messages: list[Any] | None) -> tuple[ToolReport, ...]:
                 text = as_text(response)
                 if called is not None and text is not None:
                     tool, given = called
-                    reports.append(ToolReport(tool_call_text(tool, given), tool, given, text))
+                    reports.append(ToolReport(tool, given, text))
     return tuple(reports)
 
 
@@ -269,10 +268,7 @@ _OI_MESSAGE_KEY = re.compile(r"^(\d+)\.(.+)$")
 _OI_CONTENT_PART = re.compile(
     rf"^{re.escape(c.OI_MESSAGE_CONTENTS)}\.(\d+)\.{re.escape(c.OI_MESSAGE_CONTENT_TEXT)}$"
 )
-_OI_TOOL_CALL = re.compile(
-    rf"^{re.escape(c.OI_MESSAGE_TOOL_CALLS)}\.(\d+)\."
-    rf"({re.escape(c.OI_TOOL_CALL_FUNCTION_NAME)}|{re.escape(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS)})$"
-)
+_OI_TOOL_CALL_FIELD = re.compile(rf"^{re.escape(c.OI_MESSAGE_TOOL_CALLS)}\.(\d+)\.(.+)$")
 
 
 OI_FLATTENED_PREFIXES = (c.OI_LLM_INPUT_MESSAGES + ".", c.OI_LLM_OUTPUT_MESSAGES + ".")
@@ -305,24 +301,20 @@ def openinference_messages_text(
     return "\n".join(texts) if texts else None
 
 
-def openinference_tool_reports(
+def openinference_messages(
     attrs: Mapping[str, AttributeValue], prefix: str, *, flattened: bool = True
-) -> tuple[ToolReport, ...]:
-    """`tool_reports` of OpenInference's `prefix.N.message.*` messages, each read as the
-    OpenAI-shaped message it flattens (`message.tool_calls.M.tool_call.id` / `.function.*`,
-    `message.tool_call_id`). `flattened=False` says no attribute starts with either
-    message prefix (no scan)."""
+) -> list[Any] | None:
+    """The messages of `prefix` (a JSON list), or of its flattened `prefix.N.message.*`
+    attributes, each read as the OpenAI-shaped message it stands for (`role`, `name`,
+    `content`, `tool_calls` with their ids, `tool_call_id`), for `later_user_turns` and
+    `tool_reports`. `flattened=False` says no attribute starts with either message prefix
+    (no scan). None when there are none."""
     unflattened = attrs.get(prefix)
     if unflattened is not None:
-        return tool_reports(decode_messages(unflattened))
+        return decode_messages(unflattened)
     if not flattened:
-        return ()
-    return tool_reports(
-        [_openai_shaped(fields) for fields in _openinference_messages(attrs, prefix)]
-    )
-
-
-_OI_TOOL_CALL_FIELD = re.compile(rf"^{re.escape(c.OI_MESSAGE_TOOL_CALLS)}\.(\d+)\.(.+)$")
+        return None
+    return [_openai_shaped(fields) for fields in _openinference_messages(attrs, prefix)] or None
 
 
 def _openai_shaped(fields: Mapping[str, AttributeValue]) -> dict[str, Any]:
@@ -333,7 +325,8 @@ def _openai_shaped(fields: Mapping[str, AttributeValue]) -> dict[str, Any]:
             calls.setdefault(int(match.group(1)), {})[match.group(2)] = value
     return {
         "role": fields.get(c.OI_MESSAGE_ROLE),
-        "content": fields.get(c.OI_MESSAGE_CONTENT),
+        "name": fields.get(c.OI_MESSAGE_NAME),
+        "content": _openinference_content_text(fields),
         "tool_call_id": fields.get(c.OI_MESSAGE_TOOL_CALL_ID),
         "tool_calls": [
             {
@@ -362,46 +355,16 @@ def _openinference_messages(
 
 
 def _openinference_message_text(fields: Mapping[str, AttributeValue]) -> str | None:
-    pieces: list[str] = []
+    return message_text(_openai_shaped(fields))
+
+
+def _openinference_content_text(fields: Mapping[str, AttributeValue]) -> str | None:
+    """A flattened message's text: `message.content`, else its multimodal parts' texts."""
     content = as_text(fields.get(c.OI_MESSAGE_CONTENT))
     if content is not None:
-        pieces.append(content)
-    else:
-        parts: dict[int, str] = {}
-        for key, value in fields.items():
-            if (match := _OI_CONTENT_PART.match(key)) and (text := as_text(value)) is not None:
-                parts[int(match.group(1))] = text
-        pieces.extend(parts[m] for m in sorted(parts))
-    calls: dict[int, dict[str, AttributeValue]] = {}
+        return content
+    parts: dict[int, str] = {}
     for key, value in fields.items():
-        if match := _OI_TOOL_CALL.match(key):
-            calls.setdefault(int(match.group(1)), {})[match.group(2)] = value
-    for m in sorted(calls):
-        call = calls[m]
-        pieces.append(
-            tool_call_text(
-                call.get(c.OI_TOOL_CALL_FUNCTION_NAME), call.get(c.OI_TOOL_CALL_FUNCTION_ARGUMENTS)
-            )
-        )
-    return "\n".join(pieces) if pieces else None
-
-
-def openinference_later_user_turns(
-    attrs: Mapping[str, AttributeValue], prefix: str, *, flattened: bool = True
-) -> tuple[tuple[str, str], ...]:
-    """`later_user_turns` of `prefix.N.message.*` attributes (or of `prefix` as JSON)."""
-    unflattened = attrs.get(prefix)
-    if unflattened is not None:
-        return later_user_turns(decode_messages(unflattened))
-    if not flattened:
-        return ()
-    return later_user_turns(
-        [
-            {
-                "role": fields.get(c.OI_MESSAGE_ROLE),
-                "name": fields.get(c.OI_MESSAGE_NAME),
-                "content": _openinference_message_text(fields),
-            }
-            for fields in _openinference_messages(attrs, prefix)
-        ]
-    )
+        if (match := _OI_CONTENT_PART.match(key)) and (text := as_text(value)) is not None:
+            parts[int(match.group(1))] = text
+    return "\n".join(parts[m] for m in sorted(parts)) if parts else None

@@ -60,7 +60,11 @@ def framework_agent(attrs: Mapping[str, AttributeValue]) -> str | None:
     → `researcher`, so the nodes of an agent built as a subgraph, such as
     `create_react_agent`'s `agent` and `tools`, are its own), else `langgraph_node`.
     LlamaIndex AgentWorkflow: the `current_agent_name` of the workflow event in
-    `input.value`."""
+    `input.value`. Agno, traced by OpenLLMetry: a Team's `agno.team.name` on the team's
+    run span, beneath which its leader's model calls lie."""
+    team = attrs.get(c.AGNO_TEAM_NAME)
+    if isinstance(team, str) and team.strip():
+        return team.strip()
     metadata = _langchain_metadata(attrs)
     if metadata is not None:
         agent_name = metadata.get(_LANGCHAIN_AGENT_NAME)
@@ -163,7 +167,7 @@ def tool_call_arguments(text: str | None) -> str | None:
         return text
     inputs = wrapper.get("inputs")
     if isinstance(inputs, dict) and inputs:
-        return json.dumps(inputs, ensure_ascii=False, default=str)
+        return as_text(inputs)
     return as_text(wrapper["input_str"])
 
 

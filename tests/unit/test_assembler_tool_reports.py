@@ -17,7 +17,7 @@ from faultfinder.attributors.model import StepKind
 from faultfinder.server.assembler import assemble_trajectory
 from faultfinder.server.otlp.messages import (
     ToolReport,
-    openinference_tool_reports,
+    openinference_messages,
     tool_reports,
 )
 from tests.otlp_helpers import MS, T0, SpanRecorder, mapped, span_records
@@ -67,7 +67,7 @@ def _answer(text: str) -> dict[str, Any]:
 
 def test_reports_are_matched_to_their_calls_in_both_message_shapes() -> None:
     genai = tool_reports([_user(), _call(), _report(), _report("call_9", "orphan")])
-    assert genai == (ToolReport('census({"city": "Lyon"})', "census", '{"city": "Lyon"}', REPORT),)
+    assert genai == (ToolReport("census", '{"city": "Lyon"}', REPORT),)
     openai_shaped = [
         {"role": "user", "content": TASK},
         {
@@ -98,8 +98,8 @@ def test_reports_are_matched_to_their_calls_in_both_message_shapes() -> None:
         "llm.input_messages.2.message.tool_call_id": "c1",
         "llm.input_messages.2.message.content": REPORT,
     }
-    assert openinference_tool_reports(flattened, c.OI_LLM_INPUT_MESSAGES) == genai
-    assert openinference_tool_reports(flattened, c.OI_LLM_INPUT_MESSAGES, flattened=False) == ()
+    assert tool_reports(openinference_messages(flattened, c.OI_LLM_INPUT_MESSAGES)) == genai
+    assert openinference_messages(flattened, c.OI_LLM_INPUT_MESSAGES, flattened=False) is None
     assert tool_reports(None) == () and tool_reports([_user(), _answer(CLAIM)]) == ()
 
 
@@ -121,6 +121,21 @@ def test_a_report_no_span_recorded_becomes_the_callers_tool_step() -> None:
         REPORT,
         '{"city": "Lyon"}',
     )
+
+
+def test_a_call_is_matched_however_its_arguments_were_spelled() -> None:
+    # The reply gives the arguments as compact JSON text, the next input as an object.
+    recorder = SpanRecorder()
+    asked = {"type": "tool_call", "id": "call_0", "name": "census"}
+    compact = {"role": "assistant", "parts": [{**asked, "arguments": '{"city":"Lyon"}'}]}
+    _chat(recorder, 0, [_user()], compact)
+    _chat(recorder, 2, [_user(), _call(), _report()], _answer(CLAIM))
+    steps = assemble_trajectory("r", span_records(recorder.spans)).steps
+    assert [(s.agent, s.kind, s.tool_name) for s in steps] == [
+        ("Researcher", StepKind.LLM, None),
+        ("Researcher", StepKind.TOOL, "census"),
+        ("Researcher", StepKind.LLM, None),
+    ]
 
 
 def test_a_report_first_seen_by_another_agent_is_the_callers_step() -> None:
