@@ -226,6 +226,15 @@ def instrumented(
             pipeline.shutdown()
 
 
+def framework_under_test(default: str) -> tuple[str, str]:
+    """The environment's framework (`FAULTFINDER_CONFORMANCE_FRAMEWORK`, set by
+    noxfile.py; `default` for a module run by hand) and the sidecar project its runs go
+    to: what a module traced more than one way (environments.py) chooses its
+    instrumentation by."""
+    name = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", default)
+    return name, "conformance-" + name.replace("+", "-")
+
+
 def pipeline_fixture(
     project: str,
     *instrumentors: Instrumentor,

@@ -6,7 +6,6 @@ says which one runs."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from agno.agent import Agent
@@ -18,8 +17,7 @@ from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "agno")
-PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
+FRAMEWORK, PROJECT = harness.framework_under_test("agno")
 
 if FRAMEWORK == "agno+openllmetry":
     # As Traceloop.init() sets it up: the framework's and the openai client's.

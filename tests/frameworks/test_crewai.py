@@ -30,9 +30,8 @@ from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Instrumentor, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "crewai")
+FRAMEWORK, PROJECT = harness.framework_under_test("crewai")
 WITH_MODEL_SPANS = FRAMEWORK in ("crewai+openai", "crewai+openllmetry")
-PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
 WRITING = "Write one sentence about the population of Lyon."
 NOTE = "Lyon, a city of 225,520 inhabitants, is France's third city."
 

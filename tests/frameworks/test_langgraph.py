@@ -8,7 +8,6 @@ conventions and writes LangChain's run metadata as association properties.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from langchain.agents import create_agent
@@ -22,8 +21,7 @@ from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, CensusDown, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "langgraph")
-PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
+FRAMEWORK, PROJECT = harness.framework_under_test("langgraph")
 
 if FRAMEWORK == "langgraph+openllmetry":
     from opentelemetry.instrumentation.langchain import LangchainInstrumentor

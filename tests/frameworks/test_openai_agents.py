@@ -6,7 +6,6 @@ says which one runs."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import agents
@@ -24,8 +23,7 @@ from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "openai-agents")
-PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
+FRAMEWORK, PROJECT = harness.framework_under_test("openai-agents")
 
 # Only the instrumentation's processor runs: the SDK's own one exports to OpenAI.
 agents.set_trace_processors([])

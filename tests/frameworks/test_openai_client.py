@@ -12,7 +12,6 @@ model call's input. No span names an agent: the agent is the service."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from openai import OpenAI
@@ -22,8 +21,7 @@ from tests.frameworks import harness
 from tests.frameworks.harness import TASK, TIMED_OUT, WRONG, Pipeline
 from tests.frameworks.scripted_openai import ScriptedOpenAI, call, fail, say
 
-FRAMEWORK = os.environ.get("FAULTFINDER_CONFORMANCE_FRAMEWORK", "openai-client")
-PROJECT = "conformance-" + FRAMEWORK.replace("+", "-")
+FRAMEWORK, PROJECT = harness.framework_under_test("openai-client")
 
 if FRAMEWORK == "openai-client+openllmetry":
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
