@@ -223,3 +223,26 @@ AGNO_TEAM_NAME: Final = "agno.team.name"
 """opentelemetry-instrumentation-agno (OpenLLMetry): an Agno Team's name, on the team's
 run span, whose leader's model calls lie directly beneath it (OpenInference names the
 team as an agent)."""
+
+# --- appended: GenAI messages recorded as span events (server/otlp/events.py) ---------
+
+EVENT_GEN_AI_SYSTEM_MESSAGE: Final = "gen_ai.system.message"
+"""Span event: one system message sent to the model (attribute `content`)."""
+EVENT_GEN_AI_USER_MESSAGE: Final = "gen_ai.user.message"
+"""Span event: one user message sent to the model (attribute `content`)."""
+EVENT_GEN_AI_ASSISTANT_MESSAGE: Final = "gen_ai.assistant.message"
+"""Span event: one earlier assistant message sent to the model (`content`, `tool_calls`)."""
+EVENT_GEN_AI_TOOL_MESSAGE: Final = "gen_ai.tool.message"
+"""Span event: one tool's report sent to the model (`content`, `id` of the call)."""
+EVENT_GEN_AI_CHOICE: Final = "gen_ai.choice"
+"""Span event: one answer of the model (`message`, `finish_reason`, `index`)."""
+EVENT_GEN_AI_OPERATION_DETAILS: Final = "gen_ai.client.inference.operation.details"
+"""Span event holding the message attributes (`gen_ai.input.messages`, …) off the span."""
+EVENT_GEN_AI_CONTENT_PROMPT: Final = "gen_ai.content.prompt"
+"""Span event of the oldest GenAI conventions: the prompt (attribute `gen_ai.prompt`)."""
+EVENT_GEN_AI_CONTENT_COMPLETION: Final = "gen_ai.content.completion"
+"""Span event of the oldest GenAI conventions: the answer (attribute `gen_ai.completion`)."""
+GEN_AI_PROMPT: Final = "gen_ai.prompt"
+"""Attribute of `gen_ai.content.prompt`: the prompt's text or messages as JSON."""
+GEN_AI_COMPLETION: Final = "gen_ai.completion"
+"""Attribute of `gen_ai.content.completion`: the answer's text or messages as JSON."""

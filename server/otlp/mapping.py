@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus
+from faultfinder.server.otlp.events import event_attributes
 from faultfinder.server.otlp.messages import (
     OI_FLATTENED_PREFIXES,
     ToolReport,
@@ -186,7 +187,8 @@ _STEP_KINDS = {kind.value: kind for kind in StepKind}
 
 def map_span(span: SpanRecord) -> MappedSpan:
     """Read one span's step facts through the three dialects, in priority order."""
-    attrs = span.attributes
+    # Messages recorded as span events read as the attributes that carry them today.
+    attrs = event_attributes(span)
     operation = lower(attrs.get(c.GEN_AI_OPERATION_NAME))
     oi_kind = upper(attrs.get(c.OPENINFERENCE_SPAN_KIND))
 
@@ -365,9 +367,9 @@ _OI_OUTPUT_TOOL_CALL = re.compile(
 
 def requests_tools(span: SpanRecord) -> bool:
     """The span's output messages call a tool (GenAI `tool_call` parts, OpenAI-shaped
-    `tool_calls`, OpenInference `llm.output_messages.N.message.tool_calls.*`): a model
-    reply that hands the turn on rather than answering."""
-    attrs = span.attributes
+    `tool_calls`, OpenInference `llm.output_messages.N.message.tool_calls.*`; or span
+    events that carry them): a model reply that hands the turn on rather than answering."""
+    attrs = event_attributes(span)
     if any(_OI_OUTPUT_TOOL_CALL.match(key) for key in attrs):
         return True
     for key in (c.GEN_AI_OUTPUT_MESSAGES, c.OI_LLM_OUTPUT_MESSAGES):

@@ -22,6 +22,7 @@ __all__ = [
     "ToolReport",
     "as_text",
     "decode_messages",
+    "json_list",
     "later_user_turns",
     "lower",
     "message_text",
@@ -29,6 +30,7 @@ __all__ = [
     "openinference_messages",
     "openinference_messages_text",
     "part_text",
+    "text_blocks",
     "tool_call_text",
     "tool_reports",
     "upper",
@@ -126,7 +128,12 @@ def later_user_turns(messages: list[Any] | None) -> tuple[tuple[str, str], ...]:
         role = lower(message.get("role"))
         if role in _ASSISTANT_ROLES:
             answered = message_text(message) or ""
-        elif answered is not None and role in _USER_ROLES and _unnamed(message.get("name")):
+        elif (
+            answered is not None
+            and role in _USER_ROLES
+            and _unnamed(message.get("name"))
+            and not _only_tool_reports(message.get("parts"))
+        ):
             text = message_text(message)
             if text and text.strip():
                 turns.append((answered, text))
@@ -160,7 +167,9 @@ def tool_reports(messages: list[Any] | None) -> tuple[ToolReport, ...]:
         if role in _ASSISTANT_ROLES:
             for call_id, name, arguments in _calls_of(message, parts):
                 calls[call_id] = (name, arguments)
-        elif role == "tool":
+        elif role == "tool" or (isinstance(parts, list) and any(map(_is_response, parts))):
+            # Tools answer in the tool's role, or (as Amazon Bedrock's and Anthropic's
+            # APIs want them, and Strands Agents records them) in the user's.
             answers = (
                 [(p.get("id"), p.get("response")) for p in parts if _is_response(p)]
                 if isinstance(parts, list)
@@ -168,11 +177,18 @@ def tool_reports(messages: list[Any] | None) -> tuple[ToolReport, ...]:
             )
             for answered, response in answers:
                 called = calls.get(answered) if isinstance(answered, str) else None
-                text = as_text(response)
+                text = text_blocks(response) or as_text(response)
                 if called is not None and text is not None:
                     tool, given = called
                     reports.append(ToolReport(tool, given, text))
     return tuple(reports)
+
+
+def _only_tool_reports(parts: object) -> bool:
+    """A message's parts are tools' reports only: a message in the user's role that
+    carries tools' answers (as Amazon Bedrock's and Anthropic's APIs want them), which is
+    no turn of the user's."""
+    return isinstance(parts, list) and bool(parts) and all(map(_is_response, parts))
 
 
 def _is_response(part: object) -> bool:
@@ -250,12 +266,40 @@ def part_text(part: object) -> str | None:
     if part_type == "tool_call":
         return tool_call_text(part.get("name"), part.get("arguments"))
     if part_type == "tool_call_response":
-        return as_text(part.get("response"))
+        response = part.get("response")
+        return text_blocks(response) or as_text(response)
     if part_type in ("function", "function_call"):
         # An OpenAI-shaped call among the parts (a chat `tool_calls` entry, a
         # Responses `function_call` item).
         return next(iter(_openai_tool_calls_text([part])), None)
     return None
+
+
+def text_blocks(value: object) -> str | None:
+    """The text of a list of text content blocks (`{"text": …}` as Strands Agents and
+    Amazon Bedrock write a tool's result, `{"type": "text", "text": …}` as MCP does),
+    joined by newlines; None for anything else (another kind of block among them)."""
+    if not isinstance(value, list) or not value:
+        return None
+    texts: list[str] = []
+    for block in value:
+        if not isinstance(block, dict) or not isinstance(block.get("text"), str):
+            return None
+        if set(block) - {"text", "type"} or block.get("type", "text") != "text":
+            return None
+        texts.append(block["text"])
+    return "\n".join(texts)
+
+
+def json_list(text: str) -> list[Any] | None:
+    """`text` decoded as a JSON list; None when it is not one."""
+    if not text.lstrip().startswith("["):
+        return None
+    try:
+        decoded = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return decoded if isinstance(decoded, list) else None
 
 
 def tool_call_text(name: object, arguments: object) -> str:

@@ -18,10 +18,12 @@ from faultfinder import conventions as c
 from faultfinder.server.otlp.messages import (
     as_text,
     decode_messages,
+    json_list,
     lower,
     message_text,
     messages_text,
     part_text,
+    text_blocks,
     tool_call_text,
 )
 from faultfinder.server.otlp.model import AttributeValue
@@ -144,8 +146,11 @@ def _ai_message_fields(message: Any) -> dict[str, Any] | None:
 def tool_call_result(text: str | None) -> str | None:
     """`gen_ai.tool.call.result` as the tool's own result: OpenLLMetry's LangChain
     instrumentation records the callback's arguments, `{"output": <ToolMessage>,
-    "kwargs": {…}}`, of which the message's content is the result. Any other text as it
-    is."""
+    "kwargs": {…}}`, of which the message's content is the result. A list of text content
+    blocks (`[{"text": …}]` as Strands Agents and Amazon Bedrock write a result, `[{"type":
+    "text", "text": …}]` as MCP does) is their text. Any other text as it is."""
+    if text is not None and text.lstrip().startswith("[") and '"text"' in text:
+        return text_blocks(json_list(text)) or text
     wrapper = json_object(text) if text is not None and '"output"' in text else None
     if wrapper is None or set(wrapper) != {"output", "kwargs"}:
         return text

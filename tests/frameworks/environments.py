@@ -179,6 +179,29 @@ OPENAI_CLIENT = Framework(
     scenarios=("no framework: a hand-written tool loop on the openai client", MODEL_500, FED_BACK),
 )
 
+STRANDS = Framework(
+    name="strands",
+    module="test_strands.py",
+    # The framework traces itself: no instrumentation package.
+    packages=("strands-agents[openai]==1.62.0",),
+    instrumentation=(),
+    reads=(
+        "gen_ai.operation.name (invoke_agent, chat, execute_tool)",
+        "gen_ai.agent.name",
+        "span events: gen_ai.user.message, gen_ai.assistant.message, gen_ai.tool.message,"
+        " gen_ai.choice",
+        "gen_ai.tool.name, gen_ai.tool.status",
+    ),
+    scenarios=(
+        "Swarm: a researcher with a function tool handing off to a writer",
+        "an agent called as another agent's tool",
+        MODEL_500,
+        FED_BACK,
+    ),
+)
+"""Strands Agents traces itself (its spans on the global provider): no instrumentation
+package. By default the messages are span events, one per message."""
+
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
         name="smolagents",
@@ -404,6 +427,21 @@ FRAMEWORKS: tuple[Framework, ...] = (
             "RequirementAgent handing off to a second one (HandoffTool, function tool)",
             MODEL_500,
             FED_BACK,
+        ),
+    ),
+    STRANDS,
+    replace(
+        STRANDS,
+        name="strands+genai-latest",
+        # Strands' opt-in to today's GenAI conventions: messages as GenAI parts in one
+        # `gen_ai.client.inference.operation.details` event, tools' reports in the
+        # user's role, a tool's result as content blocks in `gen_ai.tool.call.result`.
+        reads=(
+            "gen_ai.operation.name (invoke_agent, chat, execute_tool)",
+            "gen_ai.agent.name",
+            "span event gen_ai.client.inference.operation.details (gen_ai.input.messages,"
+            " gen_ai.output.messages)",
+            "gen_ai.tool.name, gen_ai.tool.call.arguments / .result (content blocks)",
         ),
     ),
 )
