@@ -246,3 +246,11 @@ GEN_AI_PROMPT: Final = "gen_ai.prompt"
 """Attribute of `gen_ai.content.prompt`: the prompt's text or messages as JSON."""
 GEN_AI_COMPLETION: Final = "gen_ai.completion"
 """Attribute of `gen_ai.content.completion`: the answer's text or messages as JSON."""
+
+# --- appended: Microsoft Agent Framework's own names read at ingest ---------------------
+
+AGENT_FRAMEWORK_BUILD_SPAN: Final = "workflow.build"
+"""Microsoft Agent Framework: the span recording a workflow being built, a trace of its
+own (a root with no children) sent when the workflow is made, not when it runs."""
+AGENT_FRAMEWORK_BUILD_STARTED: Final = "build.started"
+"""Microsoft Agent Framework: the first event of the `workflow.build` span."""

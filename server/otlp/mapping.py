@@ -21,6 +21,7 @@ from faultfinder.server.otlp.messages import (
     ToolReport,
     as_text,
     decode_messages,
+    last_reply_text,
     later_user_turns,
     lower,
     messages_text,
@@ -71,8 +72,8 @@ class RunFacts:
     final_answer: str | None
     opens_run: bool = True
     """False for a root span that only records setting an agent up (GenAI `create_agent`,
-    which autogen-core sends in a trace of its own as each agent is built): stored, but no
-    run of its own."""
+    which autogen-core sends in a trace of its own as each agent is built; Microsoft Agent
+    Framework's `workflow.build`): stored, but no run of its own."""
 
 
 def run_id_of(span: SpanRecord, *, group_by_conversation: bool = False) -> str:
@@ -93,7 +94,9 @@ def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFa
     outcome = as_text(attrs.get(c.RUN_OUTCOME))
     outcome = outcome.strip().lower() if outcome else None
     failed = outcome == "failure" or (is_root and span.status_code == StatusCode.ERROR)
-    setup = is_root and lower(attrs.get(c.GEN_AI_OPERATION_NAME)) == c.OP_CREATE_AGENT
+    setup = is_root and (
+        lower(attrs.get(c.GEN_AI_OPERATION_NAME)) == c.OP_CREATE_AGENT or _builds_a_workflow(span)
+    )
     return RunFacts(
         run_id=run_id,
         is_root=is_root,
@@ -103,6 +106,14 @@ def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFa
         ground_truth=as_text(attrs.get(c.RUN_GROUND_TRUTH)),
         final_answer=as_text(attrs.get(c.RUN_FINAL_ANSWER)),
         opens_run=not setup,
+    )
+
+
+def _builds_a_workflow(span: SpanRecord) -> bool:
+    """Microsoft Agent Framework's record of building a workflow (`workflow.build`), sent
+    as a trace of its own when the workflow is made: setup, not a run."""
+    return span.name == c.AGENT_FRAMEWORK_BUILD_SPAN and any(
+        event.name == c.AGENT_FRAMEWORK_BUILD_STARTED for event in span.events
     )
 
 
@@ -228,6 +239,8 @@ def map_span(span: SpanRecord) -> MappedSpan:
     flattened = any(key.startswith(OI_FLATTENED_PREFIXES) for key in attrs)
     content = _first_present(
         as_text(attrs.get(c.STEP_CONTENT)),
+        # An agent's output may be its whole response: its answer is the last reply.
+        last_reply_text(attrs.get(c.GEN_AI_OUTPUT_MESSAGES)) if is_agent_span else None,
         messages_text(attrs.get(c.GEN_AI_OUTPUT_MESSAGES)),
         openinference_messages_text(attrs, c.OI_LLM_OUTPUT_MESSAGES, flattened=flattened),
         None if is_tool else answer_field(attrs),

@@ -23,6 +23,7 @@ __all__ = [
     "as_text",
     "decode_messages",
     "json_list",
+    "last_reply_text",
     "later_user_turns",
     "lower",
     "message_text",
@@ -109,6 +110,29 @@ def messages_text(
         if text is not None:
             texts.append(text)
     return "\n".join(texts) if texts else None
+
+
+def last_reply_text(value: AttributeValue) -> str | None:
+    """Of GenAI messages that are an agent's whole response (its tool calls, the tools'
+    reports and its answer, as Microsoft Agent Framework records an agent's output), the
+    text of the last assistant message that says something; None when there are not
+    several messages or none says anything."""
+    messages = decode_messages(value)
+    if not messages or len(messages) < 2:
+        return None
+    for message in reversed(messages):
+        if not isinstance(message, dict) or lower(message.get("role")) not in _ASSISTANT_ROLES:
+            continue
+        parts = message.get("parts")
+        if isinstance(parts, list):
+            texts = [t for p in parts if _is_text(p) and (t := part_text(p)) and t.strip()]
+            if texts:
+                return "\n".join(texts)
+    return None
+
+
+def _is_text(part: object) -> bool:
+    return isinstance(part, dict) and lower(part.get("type")) in ("", "text")
 
 
 _ASSISTANT_ROLES = frozenset({"assistant", "model", "ai"})

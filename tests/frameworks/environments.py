@@ -444,6 +444,29 @@ FRAMEWORKS: tuple[Framework, ...] = (
             "gen_ai.tool.name, gen_ai.tool.call.arguments / .result (content blocks)",
         ),
     ),
+    Framework(
+        name="agent-framework",
+        module="test_agent_framework.py",
+        # Microsoft Agent Framework traces itself: no instrumentation package.
+        packages=(
+            "agent-framework-core==1.26.0",
+            "agent-framework-openai==1.17.0",
+            "agent-framework-orchestrations==1.4.0",
+        ),
+        instrumentation=(),
+        reads=(
+            "gen_ai.operation.name (invoke_workflow, invoke_agent, chat, execute_tool)",
+            "gen_ai.agent.name",
+            "gen_ai.input.messages / gen_ai.output.messages (parts)",
+            "gen_ai.tool.name, gen_ai.tool.call.arguments / .result",
+        ),
+        scenarios=(
+            "SequentialBuilder: a researcher with a function tool, then a writer",
+            "an agent called as another agent's tool (`as_tool`)",
+            MODEL_500,
+            FED_BACK,
+        ),
+    ),
 )
 
 

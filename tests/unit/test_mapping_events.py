@@ -310,3 +310,43 @@ def test_tools_reports_in_the_users_role_are_reports_not_the_users_turns() -> No
     )
     assert [(r.tool_name, r.report) for r in facts.tool_reports] == [("census_lookup", CENSUS)]
     assert facts.later_user_turns == ()
+
+
+def test_an_agents_whole_response_as_its_output_answers_with_its_last_reply() -> None:
+    """Microsoft Agent Framework records an agent's whole response as its output: its
+    tool call, the tool's report and its answer. The agent's answer is the last."""
+    output = [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "t1", "name": "census_lookup", "arguments": "{}"}
+            ],
+        },
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "t1", "response": CENSUS}]},
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "Lyon has 225,520 inhabitants."}],
+        },
+    ]
+    attributes = {
+        c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_AGENT,
+        c.GEN_AI_AGENT_NAME: "coordinator",
+        c.GEN_AI_OUTPUT_MESSAGES: json.dumps(output),
+    }
+    assert map_span(_record("invoke_agent coordinator", attributes, [])).content == (
+        "Lyon has 225,520 inhabitants."
+    )
+    # A model call's output is what it said, all of it.
+    chat = {c.GEN_AI_OPERATION_NAME: c.OP_CHAT, c.GEN_AI_OUTPUT_MESSAGES: json.dumps(output)}
+    assert CENSUS in (map_span(_record("chat", chat, [])).content or "")
+
+
+def test_building_a_workflow_is_setup_not_a_run() -> None:
+    """Microsoft Agent Framework sends `workflow.build`, a trace of its own, when a
+    workflow is made; running it is another trace."""
+    from faultfinder.server.otlp.mapping import run_facts
+
+    built = _record(c.AGENT_FRAMEWORK_BUILD_SPAN, {}, [(c.AGENT_FRAMEWORK_BUILD_STARTED, {})])
+    assert not run_facts(built).opens_run
+    # A span of that name that is not the framework's record opens a run as any root does.
+    assert run_facts(_record(c.AGENT_FRAMEWORK_BUILD_SPAN, {}, [])).opens_run
