@@ -254,3 +254,10 @@ AGENT_FRAMEWORK_BUILD_SPAN: Final = "workflow.build"
 own (a root with no children) sent when the workflow is made, not when it runs."""
 AGENT_FRAMEWORK_BUILD_STARTED: Final = "build.started"
 """Microsoft Agent Framework: the first event of the `workflow.build` span."""
+
+# --- appended: GenAI events received as OTLP log records (server/otlp/log_events.py) ----
+
+LOG_EVENTS_SPAN: Final = "faultfinder.log_events"
+"""The name (and a `true` attribute) of the span the sidecar makes of the GenAI log
+records naming one span in one `/v1/logs` request: a child of that span holding them as
+its events, folded into it when the run is assembled. Never sent by an agent."""

@@ -35,7 +35,7 @@ from faultfinder.server.api.dashboard import (
 from faultfinder.server.api.dependencies import DEPENDENCIES
 from faultfinder.server.api.health import HealthController
 from faultfinder.server.api.metrics import MetricsController
-from faultfinder.server.api.otlp import IngestServices, OtlpTraceController
+from faultfinder.server.api.otlp import IngestServices, OtlpLogsController, OtlpTraceController
 from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
@@ -256,6 +256,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         dependencies=DEPENDENCIES,
         route_handlers=[
             OtlpTraceController,
+            OtlpLogsController,
             RunController,
             AttributeController,
             AlarmController,

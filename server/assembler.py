@@ -62,7 +62,7 @@ from typing import Any
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.server.otlp.mapping import MappedSpan, as_text, map_span
+from faultfinder.server.otlp.mapping import MappedSpan, as_text, is_log_events_carrier, map_span
 from faultfinder.server.otlp.messages import upper
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.otlp.shapes import without_method
@@ -76,7 +76,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
     """The trajectory of run `run_id` from all of its spans (any order, duplicates allowed)."""
-    ordered = sorted(_deduplicated(spans).values(), key=_time_key)
+    ordered = sorted(_log_events_on_their_spans(_deduplicated(spans)).values(), key=_time_key)
     if not ordered:
         return Trajectory(run_id=run_id, metadata={"span_count": 0})
     by_key = {_key(span): span for span in ordered}
@@ -270,6 +270,25 @@ def _deduplicated(spans: Iterable[SpanRecord]) -> dict[_SpanKey, SpanRecord]:
         other = kept.get(key)
         if other is None or _copy_rank(span) > _copy_rank(other):
             kept[key] = span
+    return kept
+
+
+def _log_events_on_their_spans(spans: dict[_SpanKey, SpanRecord]) -> dict[_SpanKey, SpanRecord]:
+    """The GenAI events a span's instrumentation sent as log records (`/v1/logs`, held by
+    carrier spans beneath it: `log_events.py`) put on that span, after its own, in the
+    order they were sent; the carriers dropped, and those whose span never came too."""
+    carriers = [span for span in spans.values() if is_log_events_carrier(span)]
+    if not carriers:
+        return spans
+    kept = {key: span for key, span in spans.items() if not is_log_events_carrier(span)}
+    by_span: dict[_SpanKey, list[SpanRecord]] = {}
+    for carrier in sorted(carriers, key=_time_key):
+        owner = (carrier.trace_id, carrier.parent_span_id or "")
+        if owner in kept:
+            by_span.setdefault(owner, []).append(carrier)
+    for owner, held in by_span.items():
+        logged = tuple(event for carrier in held for event in carrier.events)
+        kept[owner] = replace(kept[owner], events=(*kept[owner].events, *logged))
     return kept
 
 

@@ -1,4 +1,6 @@
-"""OTLP/gRPC TraceService on its own port, sharing the ingest pipeline with OTLP/HTTP.
+"""OTLP/gRPC TraceService on its own port, sharing the ingest pipeline with OTLP/HTTP;
+LogsService beside it for the GenAI events instrumentations send as log records
+(`server/otlp/log_events.py`).
 
 A full queue answers UNAVAILABLE (retryable per the OTLP spec) with a RetryInfo giving
 the same wait the OTLP/HTTP receiver would give in Retry-After (`server/admission.py`,
@@ -19,6 +21,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from faultfinder.conventions import PROJECT_HEADER
@@ -27,12 +30,14 @@ from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.errors import TooManySpansError
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.otlp.decode import DecodedBatch, DecodeError, decode_request
+from faultfinder.server.otlp.log_events import decode_logs_protobuf
 from faultfinder.server.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
 def retry_trailers(message: str, seconds: int) -> tuple[tuple[str, bytes], ...]:
@@ -113,6 +118,46 @@ class _TraceService:
             response.partial_success.error_message = stored.error_message
         return response
 
+    async def ExportLogs(
+        self,
+        body: bytes,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> logs_service_pb2.ExportLogsServiceResponse:
+        """LogsService's Export: the GenAI events among the records, taken like spans."""
+        metadata = dict(context.invocation_metadata() or ())
+        if self._keys.enabled:
+            key = presented_key(
+                _text(metadata.get("authorization")), _text(metadata.get("x-api-key"))
+            )
+            if not self._keys.may_ingest(key):
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
+        project = metadata.get(PROJECT_HEADER)
+        admission = self._admission
+        message = admission.queue_refusal(self._writer.queued_spans, 1, self._queue_limit)
+        if message:
+            self._writer.counters.reject_request("saturated")
+            await self._retry_later(context, message, admission.advice.refused())
+        try:
+            batch = decode_logs_protobuf(
+                body,
+                project_header=project if isinstance(project, str) else None,
+                max_records=self._max_spans,
+            )
+        except TooManySpansError as exc:
+            self._writer.counters.reject_request("too_many_spans")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            raise AssertionError("unreachable") from exc
+        except DecodeError as exc:
+            self._writer.counters.reject_request("undecodable")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable") from exc
+        try:
+            await admission.store(self._writer, batch, unavailable_wait=self._retry_after)
+        except Refused as refused:
+            await self._retry_later(context, str(refused), refused.seconds)
+            raise AssertionError("unreachable") from refused
+        return logs_service_pb2.ExportLogsServiceResponse()
+
     async def _decode(
         self,
         body: bytes,
@@ -180,8 +225,15 @@ class GrpcReceiver:
             self._service.Export,  # the request's bytes as they came (no deserializer)
             response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
         )
+        export_logs = grpc.unary_unary_rpc_method_handler(
+            self._service.ExportLogs,
+            response_serializer=logs_service_pb2.ExportLogsServiceResponse.SerializeToString,
+        )
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),)
+            (
+                grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),
+                grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": export_logs}),
+            )
         )
         self.port = server.add_insecure_port(self._address)
         if not self.port:

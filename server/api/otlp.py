@@ -1,4 +1,5 @@
-"""OTLP/HTTP trace receiver: `POST /v1/traces` in protobuf or JSON, gzip/deflate bodies.
+"""OTLP/HTTP trace receiver: `POST /v1/traces` in protobuf or JSON, gzip/deflate bodies;
+`POST /v1/logs` for the GenAI events instrumentations send as log records, taken alike.
 
 Errors follow the OTLP/HTTP spec: 400 for undecodable bodies (not retryable), 415
 for other content types, 413 over the size limits, 503 with Retry-After when the
@@ -198,76 +199,104 @@ class OtlpTraceController(Controller):
         request: Request[None, None, State],
         ingest: NamedDependency[IngestServices],
     ) -> Response[bytes]:
-        settings, writer, admission = ingest.settings, ingest.writer, ingest.admission
-        content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
-        if content_type not in (PROTOBUF, JSON):
-            detail = (
-                f"unsupported content type {content_type or '(none)'!r}; send {PROTOBUF} or {JSON}"
+        return await _export(request, ingest, logs=False)
+
+
+class OtlpLogsController(Controller):
+    """`POST /v1/logs`: the GenAI events instrumentations send as log records
+    (`server/otlp/log_events.py`), taken like spans (same limits, queue and replies);
+    other log records are accepted and not kept."""
+
+    path = "/v1/logs"
+    tags = ("otlp",)
+
+    @post(
+        operation_id="exportLogs",
+        summary="OTLP/HTTP log export (protobuf or JSON): GenAI events",
+        status_code=200,
+        opt={"ingest": True},
+    )
+    async def export(
+        self,
+        request: Request[None, None, State],
+        ingest: NamedDependency[IngestServices],
+    ) -> Response[bytes]:
+        return await _export(request, ingest, logs=True)
+
+
+async def _export(
+    request: Request[None, None, State], ingest: IngestServices, *, logs: bool
+) -> Response[bytes]:
+    """One OTLP/HTTP export: admission, body, decoding, then the writer's answer."""
+    settings, writer, admission = ingest.settings, ingest.writer, ingest.admission
+    content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if content_type not in (PROTOBUF, JSON):
+        detail = f"unsupported content type {content_type or '(none)'!r}; send {PROTOBUF} or {JSON}"
+        return Response(
+            orjson.dumps({"detail": detail}), status_code=415, media_type=MediaType.JSON
+        )
+    as_json = content_type == JSON
+    inflight = admission.bytes
+    declared = _content_length(request) or 0
+    expected = admission.spans_per_byte.estimate(declared)
+    # Refuse before buffering or decoding: under a retry storm, bodies held only to be
+    # refused would take the memory, and decoding them the CPU, that the writer and
+    # the query API need.
+    message = _refusal(writer, admission, declared, expected, settings.ingest_queue_spans)
+    if message:
+        ended = await _discard_body(request, settings.body_read_timeout)
+        return _retry_later(message, admission.advice.refused(), as_json=as_json, close=not ended)
+    received = _Received(inflight)
+    admission.coming_spans += expected
+    try:
+        try:
+            body = await received.read(request, settings.body_read_timeout)
+        except TimeoutError:
+            writer.counters.reject_request("body_timeout")
+            return _error(
+                408,
+                4,  # DEADLINE_EXCEEDED
+                f"the body did not arrive within {settings.body_read_timeout:g} s",
+                as_json=as_json,
+                connection="close",
             )
-            return Response(
-                orjson.dumps({"detail": detail}), status_code=415, media_type=MediaType.JSON
-            )
-        as_json = content_type == JSON
-        inflight = admission.bytes
-        declared = _content_length(request) or 0
-        expected = admission.spans_per_byte.estimate(declared)
-        # Refuse before buffering or decoding: under a retry storm, bodies held only to be
-        # refused would take the memory, and decoding them the CPU, that the writer and
-        # the query API need.
-        message = _refusal(writer, admission, declared, expected, settings.ingest_queue_spans)
-        if message:
+        except _InflightFull:
+            writer.counters.reject_request("inflight")
+            message = _busy(inflight)
+            received.release()
             ended = await _discard_body(request, settings.body_read_timeout)
             return _retry_later(
                 message, admission.advice.refused(), as_json=as_json, close=not ended
             )
-        received = _Received(inflight)
-        admission.coming_spans += expected
-        try:
-            try:
-                body = await received.read(request, settings.body_read_timeout)
-            except TimeoutError:
-                writer.counters.reject_request("body_timeout")
-                return _error(
-                    408,
-                    4,  # DEADLINE_EXCEEDED
-                    f"the body did not arrive within {settings.body_read_timeout:g} s",
-                    as_json=as_json,
-                    connection="close",
-                )
-            except _InflightFull:
-                writer.counters.reject_request("inflight")
-                message = _busy(inflight)
-                received.release()
-                ended = await _discard_body(request, settings.body_read_timeout)
-                return _retry_later(
-                    message, admission.advice.refused(), as_json=as_json, close=not ended
-                )
-            decode_started = time.perf_counter()
-            batch = await ingest.decoder.decode(
-                DecodeRequest(
-                    body,
-                    request.headers.get("content-encoding"),
-                    as_json,
-                    request.headers.get(PROJECT_HEADER),
-                    settings.max_decompressed_bytes,
-                    settings.max_spans_per_request,
-                )
+        decode_started = time.perf_counter()
+        batch = await ingest.decoder.decode(
+            DecodeRequest(
+                body,
+                request.headers.get("content-encoding"),
+                as_json,
+                request.headers.get(PROJECT_HEADER),
+                settings.max_decompressed_bytes,
+                settings.max_spans_per_request,
+                logs=logs,
             )
-            writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
+        )
+        writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
+        if not logs:  # log records are no guide to how many spans a body holds
             admission.spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
-            # Waiting for the writer, the request holds its decoded spans (which the queue
-            # limit counts), not its body as well.
-            del body
-        except TooManySpansError as exc:
-            writer.counters.reject_request("too_many_spans")
-            return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED
-        except BodyTooLargeError as exc:
-            writer.counters.reject_request("too_large")
-            return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED
-        except DecodeError as exc:
-            writer.counters.reject_request("undecodable")
-            return _error(400, 3, f"cannot decode OTLP trace request: {exc}", as_json=as_json)
-        finally:
-            received.release()
-            admission.coming_spans -= expected
-        return await _store(batch, writer, admission, settings, as_json=as_json)
+        # Waiting for the writer, the request holds its decoded spans (which the queue
+        # limit counts), not its body as well.
+        del body
+    except TooManySpansError as exc:
+        writer.counters.reject_request("too_many_spans")
+        return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED
+    except BodyTooLargeError as exc:
+        writer.counters.reject_request("too_large")
+        return _error(413, 8, str(exc), as_json=as_json)  # RESOURCE_EXHAUSTED
+    except DecodeError as exc:
+        writer.counters.reject_request("undecodable")
+        signal = "log" if logs else "trace"
+        return _error(400, 3, f"cannot decode OTLP {signal} request: {exc}", as_json=as_json)
+    finally:
+        received.release()
+        admission.coming_spans -= expected
+    return await _store(batch, writer, admission, settings, as_json=as_json)

@@ -42,11 +42,15 @@ __all__ = [
     "DecodeError",
     "DecodedBatch",
     "UnsupportedEncodingError",
+    "attributes_of",
     "decode_json",
     "decode_protobuf",
     "decode_request",
     "decompress",
     "encode_response",
+    "project_of",
+    "value_limits",
+    "value_of",
 ]
 
 DEFAULT_PROJECT = "default"
@@ -419,3 +423,28 @@ def encode_response(rejected: int, message: str, *, as_json: bool) -> bytes:
         return text.encode()
     body: bytes = response.SerializeToString()
     return body
+
+
+# --- what other OTLP signals' decoders share (log_events.py) ----------------------------
+
+ValueLimits = _ValueLimits
+
+
+def value_limits(max_bytes: int = MAX_VALUE_BYTES, max_depth: int = MAX_VALUE_DEPTH) -> ValueLimits:
+    """The caps on one request's values, counting how often they bit."""
+    return _ValueLimits(max_bytes, max_depth)
+
+
+def attributes_of(pairs: Iterable[KeyValue], limits: ValueLimits) -> dict[str, AttributeValue]:
+    """OTLP key-values as attributes, capped as span attributes are."""
+    return _attributes(pairs, limits)
+
+
+def value_of(value: AnyValue, limits: ValueLimits) -> AttributeValue:
+    """One OTLP value (a log record's body), capped as attribute values are."""
+    return _any_value(value, limits, 0)
+
+
+def project_of(resource_attributes: dict[str, AttributeValue]) -> str:
+    """The project a resource names (faultfinder's attribute, else OpenInference's)."""
+    return _resource_project(resource_attributes)

@@ -47,6 +47,7 @@ __all__ = [
     "MappedSpan",
     "RunFacts",
     "as_text",
+    "is_log_events_carrier",
     "map_span",
     "requests_tools",
     "run_facts",
@@ -97,6 +98,8 @@ def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFa
     setup = is_root and (
         lower(attrs.get(c.GEN_AI_OPERATION_NAME)) == c.OP_CREATE_AGENT or _builds_a_workflow(span)
     )
+    # The GenAI events of a span sent as log records join that span's run.
+    setup = setup or is_log_events_carrier(span)
     return RunFacts(
         run_id=run_id,
         is_root=is_root,
@@ -107,6 +110,12 @@ def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFa
         final_answer=as_text(attrs.get(c.RUN_FINAL_ANSWER)),
         opens_run=not setup,
     )
+
+
+def is_log_events_carrier(span: SpanRecord) -> bool:
+    """The span the sidecar made of the GenAI log records naming one span
+    (`log_events.py`): no step, no run, its events are its parent's."""
+    return span.name == c.LOG_EVENTS_SPAN and span.attributes.get(c.LOG_EVENTS_SPAN) is True
 
 
 def _builds_a_workflow(span: SpanRecord) -> bool:

@@ -116,3 +116,9 @@ def _hex_ids_to_base64(holder: dict[str, Any], where: str) -> None:
         except ValueError:
             raise DecodeError(f"{where}.{key}: {value[:40]!r} is not a hex id") from None
         holder[key] = base64.b64encode(raw).decode("ascii")
+
+
+def hex_ids_to_base64(holder: dict[str, Any], where: str) -> None:
+    """Rewrite an OTLP/JSON object's hex ids (`traceId`, `spanId`, …) into the base64
+    protobuf's JSON mapping expects (a log record's, for log_events.py)."""
+    _hex_ids_to_base64(holder, where)

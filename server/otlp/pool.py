@@ -32,6 +32,7 @@ from faultfinder.server.otlp.decode import (
     decode_protobuf,
     decompress,
 )
+from faultfinder.server.otlp.log_events import decode_logs_json, decode_logs_protobuf
 from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
 
 __all__ = ["POOL_MIN_BYTES", "BodyDecoder", "DecodeRequest", "decode_body"]
@@ -53,6 +54,9 @@ class DecodeRequest:
     project_header: str | None
     max_decompressed_bytes: int
     max_spans: int | None
+    logs: bool = False
+    """An `ExportLogsServiceRequest` (`/v1/logs`): its GenAI events become carrier spans
+    (`log_events.py`); `max_spans` caps its log records."""
 
 
 def decode_body(request: DecodeRequest) -> DecodedBatch:
@@ -60,6 +64,11 @@ def decode_body(request: DecodeRequest) -> DecodedBatch:
     raw = decompress(
         request.body, request.content_encoding, max_size=request.max_decompressed_bytes
     )
+    if request.logs:
+        decode_logs = decode_logs_json if request.as_json else decode_logs_protobuf
+        return decode_logs(
+            raw, project_header=request.project_header, max_records=request.max_spans
+        )
     decode = decode_json if request.as_json else decode_protobuf
     return decode(raw, project_header=request.project_header, max_spans=request.max_spans)
 

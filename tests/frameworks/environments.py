@@ -394,6 +394,24 @@ FRAMEWORKS: tuple[Framework, ...] = (
             "service.name (the agent: no span names one)",
         ),
     ),
+    replace(
+        OPENAI_CLIENT,
+        name="openai-client+otel-genai",
+        # OpenTelemetry's own GenAI instrumentation: messages as OTLP log records.
+        # 2.4b0 imports `opentelemetry.util.genai.instruments`, which util-genai 1.2b0 and
+        # 1.3b0 no longer have: the newest release of each does not import together.
+        instrumentation=(
+            "opentelemetry-instrumentation-openai-v2==2.4b0",
+            "opentelemetry-util-genai==1.1b0",
+        ),
+        reads=(
+            "gen_ai.operation.name (chat)",
+            "OTLP log records (`/v1/logs`) naming their span:"
+            " gen_ai.client.inference.operation.details (gen_ai.input.messages /"
+            " gen_ai.output.messages)",
+            "service.name (the agent: no span names one)",
+        ),
+    ),
     AGNO,
     replace(
         AGNO,

@@ -26,7 +26,10 @@ from typing import Any, Protocol
 import httpx
 import pytest
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -191,7 +194,7 @@ def sidecar_for(directory: Path) -> Iterator[Sidecar]:
 class Instrumentor(Protocol):
     """An instrumentation package's entry point (OpenTelemetry's `BaseInstrumentor`)."""
 
-    def instrument(self, *, tracer_provider: TracerProvider) -> object: ...
+    def instrument(self, *, tracer_provider: TracerProvider, **kwargs: Any) -> object: ...
 
     def uninstrument(self) -> object: ...
 
@@ -203,11 +206,14 @@ def instrumented(
     *instrumentors: Instrumentor,
     global_provider: bool = False,
     env: Mapping[str, str] | None = None,
+    logs: bool = False,
 ) -> Iterator[Pipeline]:
     """A `Pipeline` for `project`, with `instrumentors` tracing to it (in order; undone in
     reverse). `global_provider`: its provider is the global one as well, as Phoenix's
     `register()` sets it up, for frameworks that trace to the global provider themselves;
-    `env`: environment variables set meanwhile (an instrumentation's opt-in)."""
+    `env`: environment variables set meanwhile (an instrumentation's opt-in); `logs`: the
+    instrumentors log to the pipeline's logger provider too (OpenTelemetry's GenAI
+    instrumentations send messages as log records)."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in (env or {}).items():
             patch.setenv(name, value)
@@ -216,8 +222,11 @@ def instrumented(
             trace.set_tracer_provider(pipeline.provider)
         started: list[Instrumentor] = []
         try:
+            providers: dict[str, Any] = {"tracer_provider": pipeline.provider}
+            if logs:
+                providers["logger_provider"] = pipeline.logs
             for instrumentor in instrumentors:
-                instrumentor.instrument(tracer_provider=pipeline.provider)
+                instrumentor.instrument(**providers)
                 started.append(instrumentor)
             yield pipeline
         finally:
@@ -240,6 +249,7 @@ def pipeline_fixture(
     *instrumentors: Instrumentor,
     global_provider: bool = False,
     env: Mapping[str, str] | None = None,
+    logs: bool = False,
 ) -> Any:
     """A conformance module's `pipeline` fixture (module-scoped): `instrumented(...)` on
     the module's sidecar."""
@@ -247,7 +257,7 @@ def pipeline_fixture(
     @pytest.fixture(scope="module", name="pipeline")
     def pipeline(sidecar: Sidecar) -> Iterator[Pipeline]:
         with instrumented(
-            sidecar, project, *instrumentors, global_provider=global_provider, env=env
+            sidecar, project, *instrumentors, global_provider=global_provider, env=env, logs=logs
         ) as pipeline:
             yield pipeline
 
@@ -262,6 +272,8 @@ class Pipeline:
     sidecar: Sidecar
     project: str
     provider: TracerProvider = field(init=False)
+    logs: LoggerProvider = field(init=False)
+    """Log records (GenAI events) go to the sidecar's `/v1/logs`, beside the spans."""
 
     def __post_init__(self) -> None:
         resource = Resource.create(
@@ -270,6 +282,11 @@ class Pipeline:
         self.provider = TracerProvider(resource=resource)
         exporter = OTLPSpanExporter(endpoint=f"{self.sidecar.url}/v1/traces", timeout=10)
         self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+        self.logs = LoggerProvider(resource=resource)
+        log_exporter = OTLPLogExporter(endpoint=f"{self.sidecar.url}/v1/logs", timeout=10)
+        self.logs.add_log_record_processor(
+            BatchLogRecordProcessor(log_exporter, schedule_delay_millis=200)
+        )
 
     def run_ids(self) -> set[str]:
         return {run["id"] for run in self._runs()}
@@ -302,6 +319,8 @@ class Pipeline:
         thread = threading.Thread(target=target, name="invocation")
         thread.start()
         thread.join()
+        # The log records first: a run is complete once its spans are quiet.
+        self.logs.force_flush()
         self.provider.force_flush()
         return outcome[0]
 
@@ -366,6 +385,7 @@ class Pipeline:
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+        self.logs.shutdown()
 
 
 @dataclass(frozen=True)

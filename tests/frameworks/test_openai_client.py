@@ -1,8 +1,10 @@
 """No agent framework: a hand-written tool loop on the openai client, as many services run
 their agent, with only the client instrumented: by OpenInference's
 openinference-instrumentation-openai (`openai-client`, what Phoenix's set-up adds for an
-OpenAI app) or by Traceloop OpenLLMetry's opentelemetry-instrumentation-openai
-(`openai-client+openllmetry`). `FAULTFINDER_CONFORMANCE_FRAMEWORK` (set by noxfile.py)
+OpenAI app), by Traceloop OpenLLMetry's opentelemetry-instrumentation-openai
+(`openai-client+openllmetry`) or by OpenTelemetry's own
+opentelemetry-instrumentation-openai-v2 (`openai-client+otel-genai`, its messages captured as
+events: OTLP log records beside the spans). `FAULTFINDER_CONFORMANCE_FRAMEWORK` (set by noxfile.py)
 says which one runs.
 
 No span records the tool's execution (the loop calls a plain function): the sidecar knows
@@ -27,6 +29,18 @@ if FRAMEWORK == "openai-client+openllmetry":
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     pipeline = harness.pipeline_fixture(PROJECT, OpenAIInstrumentor())
+elif FRAMEWORK == "openai-client+otel-genai":
+    # OpenTelemetry's own GenAI instrumentation, its messages captured as events: one log
+    # record per model call (`gen_ai.client.inference.operation.details`) naming its span,
+    # the span itself without them.
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as OtelOpenAI
+
+    pipeline = harness.pipeline_fixture(
+        PROJECT,
+        OtelOpenAI(),
+        logs=True,
+        env={"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY"},
+    )
 else:
     from openinference.instrumentation.openai import OpenAIInstrumentor as OpenInferenceOpenAI
 

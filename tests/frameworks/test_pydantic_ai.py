@@ -22,7 +22,7 @@ PROJECT = "conformance-pydantic-ai"
 class PydanticAIInstrumentation:
     """pydantic-ai's own instrumentation (`Agent.instrument_all`) as an instrumentor."""
 
-    def instrument(self, *, tracer_provider: TracerProvider) -> None:
+    def instrument(self, *, tracer_provider: TracerProvider, **_: Any) -> None:
         Agent.instrument_all(InstrumentationSettings(tracer_provider=tracer_provider))
 
     def uninstrument(self) -> None:
