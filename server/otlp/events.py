@@ -121,7 +121,10 @@ def _message(role: str, content: AttributeValue, fields: Mapping[str, Any]) -> d
     """One GenAI message (`{role, parts}`) from a content value and the event's (or the
     message's) other fields: a tool message's `id`, an assistant's OpenAI-shaped
     `tool_calls`."""
-    parts = _parts(content, call_id=as_text(fields.get("id")) if role == "tool" else None)
+    # A tool's report names its call by `id` (the conventions) or `tool_call_id` (the
+    # OpenAI message Semantic Kernel logs as it is).
+    call_id = as_text(fields.get("id") or fields.get("tool_call_id")) if role == "tool" else None
+    parts = _parts(content, call_id=call_id)
     for call in _decoded(fields.get("tool_calls")) or ():
         if isinstance(call, dict):
             function = call.get("function")

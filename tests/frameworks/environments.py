@@ -485,6 +485,26 @@ FRAMEWORKS: tuple[Framework, ...] = (
             FED_BACK,
         ),
     ),
+    Framework(
+        name="semantic-kernel",
+        module="test_semantic_kernel.py",
+        # Semantic Kernel traces itself: no instrumentation package; its messages go to
+        # Python's logging, sent on by OpenTelemetry's logging handler.
+        packages=("semantic-kernel==1.45.0",),
+        instrumentation=(),
+        reads=(
+            "gen_ai.operation.name (invoke_agent, chat, execute_tool)",
+            "gen_ai.agent.name",
+            "OTLP log records (`/v1/logs`) naming their span: event.name gen_ai.*.message /"
+            " gen_ai.choice, JSON bodies",
+            "gen_ai.tool.name, gen_ai.tool.call.arguments / .result",
+        ),
+        scenarios=(
+            "ChatCompletionAgent calling another agent as a plugin (a census plugin)",
+            MODEL_500,
+            FED_BACK,
+        ),
+    ),
 )
 
 

@@ -122,12 +122,15 @@ def test_a_tool_message_answering_by_id_with_plain_text() -> None:
         "type": "function",
         "function": {"name": "census_lookup", "arguments": "{}"},
     }
-    facts = _chat(
-        (c.EVENT_GEN_AI_ASSISTANT_MESSAGE, {"content": "", "tool_calls": json.dumps([call])}),
-        (c.EVENT_GEN_AI_TOOL_MESSAGE, {"content": CENSUS, "id": "c1"}),
-        (c.EVENT_GEN_AI_CHOICE, {"message": "Done."}),
-    )
-    assert [r.report for r in facts.tool_reports] == [CENSUS]
+    # `id` as the conventions name the call; `tool_call_id` as the OpenAI message Semantic
+    # Kernel logs whole.
+    for named in ({"id": "c1"}, {"tool_call_id": "c1", "role": "tool"}):
+        facts = _chat(
+            (c.EVENT_GEN_AI_ASSISTANT_MESSAGE, {"content": "", "tool_calls": json.dumps([call])}),
+            (c.EVENT_GEN_AI_TOOL_MESSAGE, {"content": CENSUS, **named}),
+            (c.EVENT_GEN_AI_CHOICE, {"message": "Done."}),
+        )
+        assert [r.report for r in facts.tool_reports] == [CENSUS], named
 
 
 def test_a_tool_span_takes_its_arguments_and_result_from_its_events() -> None:
