@@ -69,6 +69,8 @@ GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 """JSON list of output messages `[{role, parts: [{type, content}], finish_reason}]`."""
 GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 """JSON list of system instruction parts."""
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+"""Why the model stopped, one reason per choice (`stop`, `tool_calls`, …)."""
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 """Name of the tool executed."""
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
@@ -216,6 +218,9 @@ metadata, one attribute per key (LangGraph's `langgraph_node`,
 TRACELOOP_ENTITY_OUTPUT: Final = "traceloop.entity.output"
 """OpenLLMetry: a workflow's, task's or tool's output as JSON (a LangGraph node's
 `{"outputs": state}`)."""
+TRACELOOP_TOOL_ARGUMENTS: Final = "tool.arguments"
+"""opentelemetry-instrumentation-llamaindex (OpenLLMetry): a workflow's `call_tool` step's
+arguments as JSON, beside `tool.name`."""
 TRACELOOP_CREWAI_CREW_TASKS: Final = "crewai.crew.tasks"
 """opentelemetry-instrumentation-crewai (OpenLLMetry): a crew's tasks as a JSON list, as
 OpenInference's `crew_tasks`."""

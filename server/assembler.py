@@ -48,6 +48,14 @@ Rules (pure, and independent of the order in which spans arrived):
    evaluation harness's user simulator) declares its team: every author of a step other
    than a tool's report or a system prompt, the user included, so the user's turns may
    be blamed.
+10. **A workflow's turn.** Among the steps of one workflow (sibling spans), an event
+    naming the agent whose turn it is (LlamaIndex's `current_agent_name`, as OpenLLMetry
+    records it: `MappedSpan.turn_of`) makes the later siblings naming no agent, and what
+    lies beneath them, that agent's, until an event names another.
+11. **Messages recorded elsewhere.** GenAI events sent as log records (`/v1/logs`) are
+    put on the span they name before anything else (`_log_events_on_their_spans`); a
+    model call that finished to call tools but whose output records no call reads as the
+    tool calls that followed it.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
     )
     mapped = _events_into_their_spans(ordered, parent_of, mapped)
     mapped = _nodes_as_their_authors(mapped)
+    mapped = _workflow_turns(ordered, parent_of, mapped)
     root = _run_root(ordered, parent_of)
 
     step_spans = _step_spans(ordered, parent_of, mapped, root)
@@ -99,9 +108,12 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
         _turns_at_their_end(step_spans, parent_of, mapped)
 
     steps = _tools_to_their_callers(
-        tuple(
-            _step(position, span, mapped, parent_of, by_key)
-            for position, span in enumerate(step_spans)
+        _requests_read_from_their_calls(
+            tuple(
+                _step(position, span, mapped, parent_of, by_key)
+                for position, span in enumerate(step_spans)
+            ),
+            [mapped[_key(span)] for span in step_spans],
         )
     )
     # A tool's arguments are never the user's text: the first step that is not a tool's.
@@ -534,6 +546,55 @@ def _nodes_as_their_authors(mapped: dict[_SpanKey, MappedSpan]) -> dict[_SpanKey
         else facts
         for key, facts in mapped.items()
     }
+
+
+def _workflow_turns(
+    ordered: Sequence[SpanRecord],
+    parent_of: dict[_SpanKey, _SpanKey],
+    mapped: dict[_SpanKey, MappedSpan],
+) -> dict[_SpanKey, MappedSpan]:
+    """`mapped` with each span that names no agent, among siblings of which an earlier one
+    gave the turn to an agent (`MappedSpan.turn_of`: a LlamaIndex workflow step's event),
+    made that agent's, as its run context (rule 10): a workflow's steps run one after
+    another, and the agent named holds the turn until an event names another."""
+    if not any(facts.turn_of for facts in mapped.values()):
+        return mapped
+    merged = dict(mapped)
+    holder: dict[_SpanKey, str] = {}
+    for span in ordered:  # start order
+        key = _key(span)
+        parent = parent_of.get(key)
+        if parent is None:
+            continue
+        facts = mapped[key]
+        if facts.turn_of:
+            holder[parent] = facts.turn_of
+        elif facts.agent is None and parent in holder:
+            merged[key] = replace(facts, agent=holder[parent], agent_from_context=True)
+    return merged
+
+
+def _requests_read_from_their_calls(
+    steps: tuple[Step, ...], facts: Sequence[MappedSpan]
+) -> tuple[Step, ...]:
+    """A model call that finished to call tools but whose output records no call
+    (OpenLLMetry's LlamaIndex instrumentation keeps only text parts) reads as the tool
+    calls that followed it, `tool(arguments)`, as every other model call asking for tools
+    reads."""
+    filled = list(steps)
+    for position, step in enumerate(steps):
+        if step.kind is not StepKind.LLM or step.content.strip():
+            continue
+        if not facts[position].asks_for_tools:
+            continue
+        calls = []
+        for later in steps[position + 1 :]:
+            if later.kind is not StepKind.TOOL:
+                break
+            calls.append(f"{later.tool_name or 'tool'}({later.tool_arguments or ''})")
+        if calls:
+            filled[position] = step.model_copy(update={"content": "\n".join(calls)})
+    return tuple(filled)
 
 
 def _agent(

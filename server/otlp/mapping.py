@@ -41,6 +41,8 @@ from faultfinder.server.otlp.shapes import (
     tool_call_arguments,
     tool_call_result,
     tool_named_by_span,
+    workflow_tool_call,
+    workflow_turn,
 )
 
 __all__ = [
@@ -176,6 +178,12 @@ class MappedSpan:
     """A model call's input messages that are tools' reports, each with the call it
     answers (`messages.tool_reports`): the only record of a tool call whose
     instrumentation records no tool span."""
+    turn_of: str | None = None
+    """The agent a workflow step's event gives the turn to (`shapes.workflow_turn`): its
+    later siblings are that agent's work until another takes the turn."""
+    asks_for_tools: bool = False
+    """A model call that finished to call tools (`gen_ai.response.finish_reasons`): when
+    its output records no call, the calls that followed it say what it asked for."""
 
 
 _OPERATION_KINDS: dict[str, StepKind] = {
@@ -220,6 +228,11 @@ def map_span(span: SpanRecord) -> MappedSpan:
         # its only other name is that node's (`tools`), which is no agent. As a tool's call
         # it answers to the agent that called it.
         convention_kind = StepKind.TOOL
+    workflow_tool = workflow_tool_call(attrs) if convention_kind is None else None
+    if workflow_tool is not None:
+        # A LlamaIndex workflow's `call_tool` step under OpenLLMetry: the only record of
+        # the call.
+        convention_kind = StepKind.TOOL
     explicit_kind = _STEP_KINDS.get(lower(attrs.get(c.STEP_KIND)))
     kind = explicit_kind or convention_kind or StepKind.MESSAGE
     is_tool = kind is StepKind.TOOL
@@ -234,11 +247,13 @@ def map_span(span: SpanRecord) -> MappedSpan:
         # arguments (those are its `input.value`): it is only the last resort.
         tool_result = _first_present(
             tool_result,
+            workflow_tool.result if workflow_tool is not None else None,
             output_value(attrs),
             _first_text(attrs, (c.PYDANTIC_AI_TOOL_RESPONSE,)),
         )
         tool_arguments = _first_present(
             tool_arguments,
+            workflow_tool.arguments if workflow_tool is not None else None,
             _first_text(attrs, (c.OI_INPUT_VALUE, c.PYDANTIC_AI_TOOL_ARGUMENTS)),
         )
     tool_arguments = _first_present(tool_arguments, as_text(attrs.get(c.OI_TOOL_PARAMETERS)))
@@ -288,6 +303,8 @@ def map_span(span: SpanRecord) -> MappedSpan:
         attrs.get(key) is not None for key in (c.STEP_KIND, c.STEP_ROLE, c.STEP_CONTENT)
     )
     status, error = _status(span)
+    if workflow_tool is not None and workflow_tool.is_error and status is not StepStatus.ERROR:
+        status, error = StepStatus.ERROR, error or workflow_tool.result
     return MappedSpan(
         agent=agent,
         is_agent_span=is_agent_span,
@@ -317,9 +334,21 @@ def map_span(span: SpanRecord) -> MappedSpan:
         ),
         later_user_turns=later_turns,
         tool_reports=reports,
+        turn_of=workflow_turn(attrs),
+        asks_for_tools=kind is StepKind.LLM and _finished_for_tools(attrs),
         agent_from_context=context_agent is not None,
         node_author=graph_node_author(attrs) if context_agent is not None else None,
     )
+
+
+_TOOL_FINISH_REASONS = frozenset({"tool_call", "tool_calls", "tool_use", "function_call"})
+
+
+def _finished_for_tools(attrs: Mapping[str, AttributeValue]) -> bool:
+    reasons = attrs.get(c.GEN_AI_RESPONSE_FINISH_REASONS)
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    return isinstance(reasons, list) and any(lower(r) in _TOOL_FINISH_REASONS for r in reasons)
 
 
 def _first_present(*values: str | None) -> str | None:

@@ -114,21 +114,36 @@ def messages_text(
 
 def last_reply_text(value: AttributeValue) -> str | None:
     """Of GenAI messages that are an agent's whole response (its tool calls, the tools'
-    reports and its answer, as Microsoft Agent Framework records an agent's output), the
-    text of the last assistant message that says something; None when there are not
-    several messages or none says anything."""
+    reports, then its answer, as Microsoft Agent Framework records an agent's output),
+    the text of the assistant's messages after the last tool call or report; None when
+    the messages hold no tool call or report, or nothing is said after them."""
     messages = decode_messages(value)
-    if not messages or len(messages) < 2:
+    if not messages:
         return None
-    for message in reversed(messages):
+    last_tool = max((n for n, message in enumerate(messages) if _tool_work(message)), default=None)
+    if last_tool is None:
+        return None
+    texts: list[str] = []
+    for message in messages[last_tool + 1 :]:
         if not isinstance(message, dict) or lower(message.get("role")) not in _ASSISTANT_ROLES:
             continue
         parts = message.get("parts")
         if isinstance(parts, list):
-            texts = [t for p in parts if _is_text(p) and (t := part_text(p)) and t.strip()]
-            if texts:
-                return "\n".join(texts)
-    return None
+            texts.extend(t for p in parts if _is_text(p) and (t := part_text(p)) and t.strip())
+    return "\n".join(texts) if texts else None
+
+
+def _tool_work(message: object) -> bool:
+    """A message that calls a tool or reports one's answer."""
+    if not isinstance(message, dict):
+        return False
+    if lower(message.get("role")) == "tool" or message.get("tool_calls"):
+        return True
+    parts = message.get("parts")
+    return isinstance(parts, list) and any(
+        isinstance(p, dict) and lower(p.get("type")) in ("tool_call", "tool_call_response")
+        for p in parts
+    )
 
 
 def _is_text(part: object) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,6 +30,7 @@ from faultfinder.server.otlp.messages import (
 from faultfinder.server.otlp.model import AttributeValue
 
 __all__ = [
+    "WorkflowToolCall",
     "answer_field",
     "dspy_fields_text",
     "framework_agent",
@@ -40,6 +42,8 @@ __all__ = [
     "tool_call_result",
     "tool_named_by_span",
     "without_method",
+    "workflow_tool_call",
+    "workflow_turn",
 ]
 
 
@@ -87,6 +91,52 @@ def framework_agent(attrs: Mapping[str, AttributeValue]) -> str | None:
             # The field follows the event's messages: the last mention is the field.
             return str(matches[-1][1]).strip() or None
     return None
+
+
+def workflow_turn(attrs: Mapping[str, AttributeValue]) -> str | None:
+    """The agent whose turn a LlamaIndex AgentWorkflow step's event gives it, as
+    OpenLLMetry records the event (`traceloop.entity.output`, `{"input": […],
+    "current_agent_name": "researcher"}`): the workflow's steps run one after another,
+    and the agent named holds the turn until an event names another."""
+    text = attrs.get(c.TRACELOOP_ENTITY_OUTPUT)
+    if not isinstance(text, str) or '"current_agent_name"' not in text:
+        return None
+    event = json_object(text)
+    agent = event.get("current_agent_name") if event is not None else None
+    return agent.strip() if isinstance(agent, str) and agent.strip() else None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowToolCall:
+    """A tool call as a LlamaIndex AgentWorkflow's `call_tool` step records it under
+    OpenLLMetry: `tool.name`, `tool.arguments`, and the `ToolCallResult` event as
+    `traceloop.entity.output` (`{"tool_name", "tool_kwargs", "tool_output": {"raw_output",
+    "is_error", …}}`); there is no tool span of any convention."""
+
+    arguments: str | None
+    result: str | None
+    is_error: bool
+
+
+def workflow_tool_call(attrs: Mapping[str, AttributeValue]) -> WorkflowToolCall | None:
+    """The tool call a workflow step records (see `WorkflowToolCall`); None for any other
+    span."""
+    if attrs.get(c.OI_TOOL_NAME) is None:
+        return None
+    text = attrs.get(c.TRACELOOP_ENTITY_OUTPUT)
+    if not isinstance(text, str) or '"tool_output"' not in text:
+        return None
+    event = json_object(text)
+    output = event.get("tool_output") if event is not None else None
+    if not isinstance(output, dict):
+        return None
+    result = output.get("raw_output")
+    if result is None:
+        result = text_blocks(output.get("blocks"))
+    arguments = as_text(attrs.get(c.TRACELOOP_TOOL_ARGUMENTS))
+    if arguments is None and event is not None and event.get("tool_kwargs") is not None:
+        arguments = as_text(event.get("tool_kwargs"))
+    return WorkflowToolCall(arguments, as_text(result), output.get("is_error") is True)
 
 
 def _langchain_metadata(attrs: Mapping[str, AttributeValue]) -> Mapping[str, Any] | None:

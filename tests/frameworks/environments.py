@@ -381,6 +381,22 @@ FRAMEWORKS: tuple[Framework, ...] = (
         ),
     ),
     LLAMAINDEX,
+    replace(
+        LLAMAINDEX,
+        name="llamaindex+openllmetry",
+        # Traceloop's OpenLLMetry, as Traceloop.init() sets it up: the framework's and the
+        # openai client's instrumentation.
+        instrumentation=(
+            "opentelemetry-instrumentation-llamaindex==0.62.4",
+            "opentelemetry-instrumentation-openai==0.62.4",
+        ),
+        reads=(
+            "gen_ai.operation.name (chat), gen_ai.input.messages / gen_ai.output.messages",
+            "traceloop.entity.output (workflow events: `current_agent_name`, a tool call's"
+            " `tool_output`)",
+            "tool.name, tool.arguments",
+        ),
+    ),
     OPENAI_CLIENT,
     replace(
         OPENAI_CLIENT,

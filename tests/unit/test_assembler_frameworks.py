@@ -421,3 +421,114 @@ def test_a_prebuilt_langgraph_agent_is_the_name_its_replies_carry(
     graph.end(end_time=T0 + 20 * MS)
     result = assemble_trajectory("r", span_records(recorder.spans))
     assert [(s.agent, s.kind) for s in result.steps] == [(a, StepKind.LLM) for a in agents]
+
+
+def _workflow_event(agent: str) -> str:
+    return json.dumps({"input": [{"role": "user", "blocks": []}], "current_agent_name": agent})
+
+
+def test_a_workflow_steps_event_gives_the_turn_to_an_agent_until_another_takes_it() -> None:
+    """LlamaIndex AgentWorkflow under OpenLLMetry: the workflow's steps are siblings; the
+    events some return name the agent whose turn it is (rule 10), the model calls lie
+    beneath steps that name none, and a `call_tool` step is the tool call's only record,
+    its model call's output empty (only text parts are kept)."""
+    recorder = SpanRecorder()
+    root = recorder.span(
+        "AgentWorkflow.workflow",
+        start=T0,
+        end=T0 + 100 * MS,
+        attributes={"traceloop.span.kind": "workflow"},
+    )
+
+    def step(at: int, **attributes: object) -> trace.Span:
+        return recorder.span(
+            "AgentWorkflow.task",
+            parent=root,
+            start=T0 + at * MS,
+            end=T0 + (at + 5) * MS,
+            attributes={"traceloop.span.kind": "task", **attributes},
+        )
+
+    def chat(parent: trace.Span, at: int, text: str | None, reason: str) -> None:
+        output = [
+            {
+                "role": "assistant",
+                "parts": [] if text is None else [{"type": "text", "content": text}],
+            }
+        ]
+        recorder.span(
+            "OpenAILike.task",
+            parent=parent,
+            start=T0 + (at + 1) * MS,
+            end=T0 + (at + 2) * MS,
+            attributes={
+                c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+                c.GEN_AI_INPUT_MESSAGES: json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": "Lyon?"}]}]
+                ),
+                c.GEN_AI_OUTPUT_MESSAGES: json.dumps(output),
+                c.GEN_AI_RESPONSE_FINISH_REASONS: [reason],
+            },
+        )
+
+    step(0, **{c.TRACELOOP_ENTITY_OUTPUT: _workflow_event("researcher")})
+    chat(step(10), 10, None, "tool_call")
+    tool_output = {"raw_output": "Lyon: 522,250", "is_error": False, "blocks": []}
+    step(
+        20,
+        **{
+            c.OI_TOOL_NAME: "census_lookup",
+            c.TRACELOOP_TOOL_ARGUMENTS: '{"city": "Lyon"}',
+            c.TRACELOOP_ENTITY_OUTPUT: json.dumps(
+                {"tool_name": "census_lookup", "tool_output": tool_output}
+            ),
+        },
+    )
+    step(30, **{c.TRACELOOP_ENTITY_OUTPUT: _workflow_event("writer")})
+    chat(step(40), 40, "Lyon has 225,520 inhabitants.", "stop")
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    assert [(s.agent, s.kind, s.tool_name, s.content) for s in result.steps] == [
+        ("researcher", StepKind.LLM, None, 'census_lookup({"city": "Lyon"})'),
+        ("researcher", StepKind.TOOL, "census_lookup", "Lyon: 522,250"),
+        ("writer", StepKind.LLM, None, "Lyon has 225,520 inhabitants."),
+    ]
+    assert result.steps[1].tool_arguments == '{"city": "Lyon"}'
+
+
+def test_a_workflow_tool_call_that_failed_is_a_failed_step_and_a_stop_says_nothing_more() -> None:
+    recorder = SpanRecorder()
+    root = recorder.span("AgentWorkflow.workflow", start=T0, end=T0 + 20 * MS, attributes={})
+    tool_output = {"raw_output": "census timed out", "is_error": True}
+    recorder.span(
+        "AgentWorkflow.task",
+        parent=root,
+        start=T0 + MS,
+        end=T0 + 2 * MS,
+        attributes={
+            c.OI_TOOL_NAME: "census_lookup",
+            c.TRACELOOP_ENTITY_OUTPUT: json.dumps(
+                {"tool_kwargs": {"city": "Lyon"}, "tool_output": tool_output}
+            ),
+        },
+    )
+    # A model call that stopped with nothing to say reads as nothing, tools or not.
+    recorder.span(
+        "chat",
+        parent=root,
+        start=T0 + 3 * MS,
+        end=T0 + 4 * MS,
+        attributes={
+            c.GEN_AI_OPERATION_NAME: c.OP_CHAT,
+            c.GEN_AI_OUTPUT_MESSAGES: json.dumps([{"role": "assistant", "parts": []}]),
+            c.GEN_AI_RESPONSE_FINISH_REASONS: ["stop"],
+        },
+    )
+    result = assemble_trajectory("r", span_records(recorder.spans))
+    tool = result.steps[0]
+    assert (tool.kind, tool.status, tool.error) == (
+        StepKind.TOOL,
+        StepStatus.ERROR,
+        "census timed out",
+    )
+    assert tool.tool_arguments == '{"city": "Lyon"}'
+    assert [s.content for s in result.steps[1:]] == [""]
