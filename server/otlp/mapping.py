@@ -261,11 +261,13 @@ def map_span(span: SpanRecord) -> MappedSpan:
 
     # One look for flattened OpenInference messages instead of a scan per question.
     flattened = any(key.startswith(OI_FLATTENED_PREFIXES) for key in attrs)
+    raw_output = attrs.get(c.GEN_AI_OUTPUT_MESSAGES)
+    output_messages = decode_messages(raw_output) if raw_output is not None else None
     content = _first_present(
         as_text(attrs.get(c.STEP_CONTENT)),
         # An agent's output may be its whole response: its answer is the last reply.
-        last_reply_text(attrs.get(c.GEN_AI_OUTPUT_MESSAGES)) if is_agent_span else None,
-        messages_text(attrs.get(c.GEN_AI_OUTPUT_MESSAGES)),
+        last_reply_text(output_messages) if is_agent_span else None,
+        messages_text(raw_output, decoded=output_messages),
         openinference_messages_text(attrs, c.OI_LLM_OUTPUT_MESSAGES, flattened=flattened),
         None if is_tool else answer_field(attrs),
         output_value(attrs),

@@ -112,13 +112,12 @@ def messages_text(
     return "\n".join(texts) if texts else None
 
 
-def last_reply_text(value: AttributeValue) -> str | None:
-    """Of GenAI messages that are an agent's whole response (its tool calls, the tools'
-    reports, then its answer, as Microsoft Agent Framework records an agent's output),
-    the text of the assistant's messages after the last tool call or report; None when
-    the messages hold no tool call or report, or nothing is said after them."""
-    messages = decode_messages(value)
-    if not messages:
+def last_reply_text(messages: list[Any] | None) -> str | None:
+    """Of GenAI messages (decoded) that are an agent's whole response (its tool calls,
+    the tools' reports, then its answer, as Microsoft Agent Framework records an agent's
+    output), the text of the assistant's messages after the last tool call or report;
+    None when the messages hold no tool call or report, or nothing is said after them."""
+    if not messages or len(messages) < 2:  # a reply after tool work takes two at least
         return None
     last_tool = max((n for n, message in enumerate(messages) if _tool_work(message)), default=None)
     if last_tool is None:
@@ -206,7 +205,9 @@ def tool_reports(messages: list[Any] | None) -> tuple[ToolReport, ...]:
         if role in _ASSISTANT_ROLES:
             for call_id, name, arguments in _calls_of(message, parts):
                 calls[call_id] = (name, arguments)
-        elif role == "tool" or (isinstance(parts, list) and any(map(_is_response, parts))):
+        elif role == "tool" or (
+            role in _USER_ROLES and isinstance(parts, list) and any(map(_is_response, parts))
+        ):
             # Tools answer in the tool's role, or (as Amazon Bedrock's and Anthropic's
             # APIs want them, and Strands Agents records them) in the user's.
             answers = (
