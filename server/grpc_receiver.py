@@ -28,7 +28,7 @@ from faultfinder.conventions import PROJECT_HEADER
 from faultfinder.server.admission import IngestAdmission, Refused, SpansPerByte
 from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.errors import TooManySpansError
-from faultfinder.server.ingest import SpanWriter
+from faultfinder.server.ingest import SpanWriter, Stored
 from faultfinder.server.otlp.decode import DecodedBatch, DecodeError, decode_request
 from faultfinder.server.otlp.log_events import decode_logs_protobuf
 from faultfinder.server.settings import Settings
@@ -87,31 +87,7 @@ class _TraceService:
         body: bytes,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> trace_service_pb2.ExportTraceServiceResponse:
-        metadata = dict(context.invocation_metadata() or ())
-        if self._keys.enabled:
-            key = presented_key(
-                _text(metadata.get("authorization")), _text(metadata.get("x-api-key"))
-            )
-            if not self._keys.may_ingest(key):
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
-        project = metadata.get(PROJECT_HEADER)
-        admission = self._admission
-        expected = self._spans_per_byte.estimate(len(body))
-        message = admission.queue_refusal(self._writer.queued_spans, expected, self._queue_limit)
-        if message:
-            self._writer.counters.reject_request("saturated")
-            await self._retry_later(context, message, admission.advice.refused())
-        admission.coming_spans += expected
-        try:
-            batch = await self._decode(body, project, context)
-        finally:
-            admission.coming_spans -= expected
-        self._spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
-        try:
-            stored = await admission.store(self._writer, batch, unavailable_wait=self._retry_after)
-        except Refused as refused:
-            await self._retry_later(context, str(refused), refused.seconds)
-            raise AssertionError("unreachable") from refused
+        stored = await self._take(body, context, logs=False)
         response = trace_service_pb2.ExportTraceServiceResponse()
         if stored.rejected:
             response.partial_success.rejected_spans = stored.rejected
@@ -124,6 +100,17 @@ class _TraceService:
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> logs_service_pb2.ExportLogsServiceResponse:
         """LogsService's Export: the GenAI events among the records, taken like spans."""
+        await self._take(body, context, logs=True)
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+    async def _take(
+        self,
+        body: bytes,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        *,
+        logs: bool,
+    ) -> Stored:
+        """Check the key, admit, decode and store one request's body; what was stored."""
         metadata = dict(context.invocation_metadata() or ())
         if self._keys.enabled:
             key = presented_key(
@@ -133,51 +120,51 @@ class _TraceService:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
         project = metadata.get(PROJECT_HEADER)
         admission = self._admission
-        message = admission.queue_refusal(self._writer.queued_spans, 1, self._queue_limit)
+        # Log records are no guide to how many spans a body holds: they teach the
+        # estimate nothing and count as one span.
+        expected = 1 if logs else self._spans_per_byte.estimate(len(body))
+        message = admission.queue_refusal(self._writer.queued_spans, expected, self._queue_limit)
         if message:
             self._writer.counters.reject_request("saturated")
             await self._retry_later(context, message, admission.advice.refused())
+        admission.coming_spans += expected
         try:
-            batch = decode_logs_protobuf(
-                body,
-                project_header=project if isinstance(project, str) else None,
-                max_records=self._max_spans,
-            )
-        except TooManySpansError as exc:
-            self._writer.counters.reject_request("too_many_spans")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            raise AssertionError("unreachable") from exc
-        except DecodeError as exc:
-            self._writer.counters.reject_request("undecodable")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            raise AssertionError("unreachable") from exc
+            batch = await self._decode(body, project, context, logs=logs)
+        finally:
+            admission.coming_spans -= expected
+        if not logs:
+            self._spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
         try:
-            await admission.store(self._writer, batch, unavailable_wait=self._retry_after)
+            return await admission.store(self._writer, batch, unavailable_wait=self._retry_after)
         except Refused as refused:
             await self._retry_later(context, str(refused), refused.seconds)
             raise AssertionError("unreachable") from refused
-        return logs_service_pb2.ExportLogsServiceResponse()
 
     async def _decode(
         self,
         body: bytes,
         project: object,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        *,
+        logs: bool,
     ) -> DecodedBatch:
         decode_started = time.perf_counter()
+        request = None  # a log request parses its bytes itself (a DecodeError below)
+        if not logs:
+            try:
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+            except (ProtobufDecodeError, ValueError) as exc:
+                self._writer.counters.reject_request("undecodable")
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportTraceServiceRequest: {exc}"
+                )
+                raise AssertionError("unreachable") from exc
+        header = project if isinstance(project, str) else None
         try:
-            request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-        except (ProtobufDecodeError, ValueError) as exc:
-            self._writer.counters.reject_request("undecodable")
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportTraceServiceRequest: {exc}"
-            )
-            raise AssertionError("unreachable") from exc
-        try:
-            batch = decode_request(
-                request,
-                project_header=project if isinstance(project, str) else None,
-                max_spans=self._max_spans,
+            batch = (
+                decode_logs_protobuf(body, project_header=header, max_records=self._max_spans)
+                if request is None
+                else decode_request(request, project_header=header, max_spans=self._max_spans)
             )
         except TooManySpansError as exc:
             self._writer.counters.reject_request("too_many_spans")

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
 
-from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
@@ -38,7 +36,7 @@ from faultfinder.server.otlp.decode import (
     value_of,
 )
 from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord
-from faultfinder.server.otlp.otlp_json import UNDECODABLE, hex_ids_to_base64
+from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_logs_request_json
 
 __all__ = ["decode_logs_json", "decode_logs_protobuf", "decode_logs_request"]
 
@@ -65,29 +63,7 @@ def decode_logs_json(
     body: bytes, *, project_header: str | None = None, max_records: int | None = None
 ) -> DecodedBatch:
     """Decode an OTLP/JSON `ExportLogsServiceRequest` (hex ids, camelCase)."""
-    try:
-        document = json.loads(body)
-    except RecursionError:
-        raise DecodeError("invalid JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise DecodeError(f"invalid JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise DecodeError(
-            f"invalid OTLP/JSON: expected an object at the top level, got {type(document).__name__}"
-        )
-    for r, resource_logs in enumerate(_items(document, "resourceLogs", "resource_logs")):
-        for s, scope_logs in enumerate(_items(resource_logs, "scopeLogs", "scope_logs")):
-            for n, record in enumerate(_items(scope_logs, "logRecords", "log_records")):
-                if isinstance(record, dict):
-                    where = f"resourceLogs[{r}].scopeLogs[{s}].logRecords[{n}]"
-                    hex_ids_to_base64(record, where)
-    message = ExportLogsServiceRequest()
-    try:
-        json_format.ParseDict(document, message, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
-    except UNDECODABLE as exc:
-        raise DecodeError(f"invalid OTLP/JSON: {exc!r}") from None
+    message = parse_logs_request_json(body)
     return decode_logs_request(message, project_header=project_header, max_records=max_records)
 
 
@@ -195,13 +171,3 @@ def _carrier(
         scope_name=scope_name,
         project=project,
     )
-
-
-def _items(container: object, *keys: str) -> Iterable[object]:
-    if not isinstance(container, dict):
-        return []
-    for key in keys:
-        value = container.get(key)
-        if isinstance(value, list):
-            return value
-    return []

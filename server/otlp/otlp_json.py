@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 from google.protobuf import json_format
 from google.protobuf.message import Error as ProtobufError
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from faultfinder.server.errors import DecodeError
 
-__all__ = ["UNDECODABLE", "parse_request_json", "request_to_otlp_json"]
+__all__ = ["UNDECODABLE", "parse_logs_request_json", "parse_request_json", "request_to_otlp_json"]
 
 UNDECODABLE = (
     ProtobufError,
@@ -52,10 +54,29 @@ def request_to_otlp_json(request: ExportTraceServiceRequest) -> bytes:
 
 
 def parse_request_json(body: bytes) -> ExportTraceServiceRequest:
-    """Parse an OTLP/JSON body; unknown fields are ignored (forward compatibility).
+    """Parse an OTLP/JSON trace request; unknown fields are ignored (forward compatibility).
 
     Raises DecodeError, saying where, for anything that is not an OTLP/JSON request.
     """
+    message = ExportTraceServiceRequest()
+    _parse_json(body, message, _id_holders)
+    return message
+
+
+def parse_logs_request_json(body: bytes) -> ExportLogsServiceRequest:
+    """Parse an OTLP/JSON log request, as `parse_request_json` a trace request."""
+    message = ExportLogsServiceRequest()
+    _parse_json(body, message, _log_record_holders)
+    return message
+
+
+def _parse_json(
+    body: bytes,
+    message: Message,
+    holders: Callable[[dict[str, Any]], Iterator[tuple[dict[str, Any], str]]],
+) -> None:
+    """Fill `message` from an OTLP/JSON `body`, the hex ids of `holders(document)` first
+    rewritten as protobuf's JSON mapping expects them."""
     try:
         document = json.loads(body)
     except RecursionError:
@@ -66,16 +87,23 @@ def parse_request_json(body: bytes) -> ExportTraceServiceRequest:
         raise DecodeError(
             f"invalid OTLP/JSON: expected an object at the top level, got {type(document).__name__}"
         )
-    for holder, where in _id_holders(document):
+    for holder, where in holders(document):
         _hex_ids_to_base64(holder, where)
-    message = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid OTLP/JSON: {exc!r}") from None
-    return message
+
+
+def _log_record_holders(document: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """The log records of an OTLP/JSON log request, each with where it stands."""
+    for r, resource_logs in enumerate(_items(document, "resourceLogs", "resource_logs")):
+        for s, scope_logs in enumerate(_items(resource_logs, "scopeLogs", "scope_logs")):
+            for n, record in enumerate(_items(scope_logs, "logRecords", "log_records")):
+                if isinstance(record, dict):
+                    yield record, f"resourceLogs[{r}].scopeLogs[{s}].logRecords[{n}]"
 
 
 def _id_holders(document: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
@@ -116,9 +144,3 @@ def _hex_ids_to_base64(holder: dict[str, Any], where: str) -> None:
         except ValueError:
             raise DecodeError(f"{where}.{key}: {value[:40]!r} is not a hex id") from None
         holder[key] = base64.b64encode(raw).decode("ascii")
-
-
-def hex_ids_to_base64(holder: dict[str, Any], where: str) -> None:
-    """Rewrite an OTLP/JSON object's hex ids (`traceId`, `spanId`, …) into the base64
-    protobuf's JSON mapping expects (a log record's, for log_events.py)."""
-    _hex_ids_to_base64(holder, where)
