@@ -102,6 +102,7 @@ async def run_demo(
             loop="asyncio",
             log_level="warning",
             access_log=False,
+            timeout_keep_alive=settings.keep_alive,
         )
     )
     serving = asyncio.create_task(server.serve())

@@ -163,6 +163,7 @@ def serve(
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=30,
+        timeout_keep_alive=settings.keep_alive,
     )
 
 

@@ -89,6 +89,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds an OTLP/HTTP request may take to send its body (HTTP 408 after).",
     )
+    keep_alive: int = Field(
+        default=75,
+        ge=1,
+        description="Seconds an idle HTTP connection is kept open for its next request. Longer"
+        " than exporters wait between batches (5 s for the OpenTelemetry SDK's batch processor)"
+        " and than the 60 s idle timeout of common load balancers, so that the client or proxy,"
+        " not the sidecar, closes an idle connection: a request sent on a connection the"
+        " server is closing is lost in flight.",
+    )
     max_decompressed_bytes: int = Field(
         default=64 * 1024 * 1024,
         gt=0,

@@ -271,7 +271,7 @@ class _Overload:
         """Overload the sidecar, sending over `session` (which holds at most
         `max_in_flight` connections)."""
         url, report = self.url, self.report
-        # Expire idle connections before the server's 5 s keep-alive timeout, so that a
+        # Expire idle connections long before the server's keep-alive timeout, so that a
         # failed probe means the server failed, not a race over a closing connection.
         async with httpx.AsyncClient(
             timeout=30, limits=httpx.Limits(keepalive_expiry=1.0)

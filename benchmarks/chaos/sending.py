@@ -228,8 +228,9 @@ def aiohttp_session(
         ) from error
     connector = aiohttp.TCPConnector(
         limit=max_connections,
-        # Drop idle connections well before the server's 5 s keep-alive timeout, so that a
-        # request is not sent on a connection the server is closing (an unanswered request).
+        # Drop idle connections well before the server's keep-alive timeout (the sidecar's
+        # 75 s, uvicorn's 5 s elsewhere), so that a request is not sent on a connection the
+        # server is closing (an unanswered request).
         keepalive_timeout=2.0,
     )
     # No overall deadline: under overload a request may wait long for a free connection.

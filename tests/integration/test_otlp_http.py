@@ -200,3 +200,33 @@ def test_project_comes_from_the_header_or_the_resource(sidecar: Sidecar) -> None
         for project in ("checkout", "search", "default"):
             runs = client.get("/api/runs", params={"project": project}).json()["items"]
             assert [run["project"] for run in runs] == [project]
+
+
+def test_a_connection_idle_between_batches_stays_open_for_the_next(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    """The OpenTelemetry SDK's batch processor exports every 5 s on one kept-alive
+    connection. Were the sidecar to close connections idle for that long, every export could
+    race its close and be lost in flight; the sidecar keeps them open longer (`keep_alive`)."""
+    import http.client
+    import time
+    from urllib.parse import urlsplit
+
+    body = protobuf_body(framework_spans())
+    with running_sidecar(sqlite_database_url, tmp_path) as running:
+        address = urlsplit(running.url)
+        connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=10)
+        try:
+            for batch in range(2):
+                if batch:
+                    time.sleep(6)  # the batch processor's 5 s, and some
+                connection.request("POST", "/v1/traces", body=body, headers=PROTOBUF)
+                answer = connection.getresponse()
+                answer.read()
+                assert answer.status == 200, (batch, answer.status)
+                local = connection.sock.getsockname()
+                if batch == 0:
+                    first = local
+            assert local == first  # the same connection, not a new one
+        finally:
+            connection.close()
