@@ -28,10 +28,11 @@ from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from faultfinder import conventions as c
 from faultfinder.attributors.model import Attribution
 from faultfinder.server.db.engine import dumps_json
 from faultfinder.server.db.models import RunOutcome, RunStatus
-from faultfinder.server.otlp.mapping import RunFacts, run_facts
+from faultfinder.server.otlp.mapping import RunFacts, is_log_events_carrier, run_facts
 from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import settle
 from faultfinder.server.store.attributions import insert_attribution, ok_attributions
@@ -400,7 +401,15 @@ class SpanStore:
         )
         if self.max_spans_per_run is not None:
             statement = statement.limit(self.max_spans_per_run)
-        return lambda conn: [span_record(row) for row in conn.execute(statement)]
+
+        def read(conn: Connection) -> list[SpanRecord]:
+            spans = [span_record(row) for row in conn.execute(statement)]
+            carriers = _carriers_of_their_traces(conn, {run_id: spans}).get(run_id)
+            if not carriers:
+                return spans
+            return sorted([*spans, *carriers], key=_start_order)
+
+        return read
 
     async def run_spans(self, run_id: str) -> list[SpanRecord]:
         """The stored spans of a run, in start order: all of them, or the earliest
@@ -431,6 +440,9 @@ class SpanStore:
                 held = spans.setdefault(row.run_id, [])
                 if cap is None or len(held) < cap:
                     held.append(span_record(row))
+            carriers = await conn.run_sync(lambda sync: _carriers_of_their_traces(sync, spans))
+        for run_id, more in carriers.items():
+            spans[run_id].extend(more)
         return spans
 
     async def get_run(self, run_id: str) -> RunRow | None:
@@ -629,4 +641,37 @@ def _attributions(conn: Connection, run_ids: Sequence[str]) -> dict[str, list[At
     found: dict[str, list[Attribution]] = {}
     for row in conn.execute(statement):
         found.setdefault(row.run_id, []).append(Attribution.model_validate(row.payload))
+    return found
+
+
+def _start_order(span: SpanRecord) -> tuple[int, str, str]:
+    return span.start_time_unix_nano, span.trace_id, span.span_id
+
+
+def _carriers_of_their_traces(
+    conn: Connection, spans_of_runs: dict[str, list[SpanRecord]]
+) -> dict[str, list[SpanRecord]]:
+    """The carriers of GenAI log records (`otlp/log_events.py`) that belong to runs not
+    keyed by their trace, by run.
+
+    A log record names its span by trace and span id only, with none of the attributes
+    that key a run otherwise (`faultfinder.run.id`, a conversation id), so its carrier is
+    stored under its trace. A run grouped by those attributes takes the carriers stored
+    under each of its spans' traces; the assembler keeps those whose span is in the run.
+    """
+    wanted: dict[str, set[str]] = {}
+    for run_id, spans in spans_of_runs.items():
+        for trace_id in {span.trace_id for span in spans} - {run_id}:
+            wanted.setdefault(trace_id, set()).add(run_id)
+    if not wanted:
+        return {}
+    statement = select(SPANS).where(
+        SPANS.c.run_id.in_(sorted(wanted)), SPANS.c.name == c.LOG_EVENTS_SPAN
+    )
+    found: dict[str, list[SpanRecord]] = {}
+    for row in conn.execute(statement):
+        carrier = span_record(row)
+        if is_log_events_carrier(carrier):
+            for run_id in wanted[carrier.trace_id]:
+                found.setdefault(run_id, []).append(carrier)
     return found

@@ -34,9 +34,10 @@ def sidecar(database_url: str, tmp_path: Path) -> Iterator[Sidecar]:
         yield running
 
 
-def _call_with_logged_messages(sidecar: Sidecar, logs: Any) -> str:
+def _call_with_logged_messages(sidecar: Sidecar, logs: Any, run_id: str | None = None) -> str:
     """One model call traced over OTLP/HTTP, its messages logged through `logs` (a log
-    exporter), with a service log beside them; the call's trace id."""
+    exporter), with a service log beside them; the call's run id (`run_id`, set as the
+    span's `faultfinder.run.id`, else its trace id)."""
     resource = Resource.create({"service.name": "shop", c.PROJECT_NAME: PROJECT})
     spans = TracerProvider(resource=resource)
     spans.add_span_processor(
@@ -45,8 +46,9 @@ def _call_with_logged_messages(sidecar: Sidecar, logs: Any) -> str:
     records = LoggerProvider(resource=resource)
     records.add_log_record_processor(SimpleLogRecordProcessor(logs))
     logger = records.get_logger("genai")
+    attributes = {c.GEN_AI_OPERATION_NAME: c.OP_CHAT} | ({c.RUN_ID: run_id} if run_id else {})
     with spans.get_tracer("app").start_as_current_span(
-        "chat gpt-4o", attributes={c.GEN_AI_OPERATION_NAME: c.OP_CHAT}
+        "chat gpt-4o", attributes=attributes
     ) as span:
         here = trace.set_span_in_context(span)
         logger.emit(
@@ -71,21 +73,29 @@ def _call_with_logged_messages(sidecar: Sidecar, logs: Any) -> str:
         trace_id = format(span.get_span_context().trace_id, "032x")
     records.shutdown()
     spans.shutdown()
-    return trace_id
+    return run_id or trace_id
 
 
-@pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_logged_messages_give_the_model_call_its_text(sidecar: Sidecar, transport: str) -> None:
+@pytest.mark.parametrize(
+    ("transport", "keyed_by"), [("http", "trace"), ("grpc", "trace"), ("http", "run id")]
+)
+def test_logged_messages_give_the_model_call_its_text(
+    sidecar: Sidecar, transport: str, keyed_by: str
+) -> None:
+    """Log records name their span by trace and span id only: a run keyed otherwise (its
+    spans' `faultfinder.run.id`) gets them all the same."""
     logs = (
         HttpLogs(endpoint=f"{sidecar.url}/v1/logs")
         if transport == "http"
         else GrpcLogs(endpoint=f"http://{sidecar.grpc_endpoint}", insecure=True)
     )
-    trace_id = _call_with_logged_messages(sidecar, logs)
+    run_id = _call_with_logged_messages(
+        sidecar, logs, run_id="order-42" if keyed_by == "run id" else None
+    )
     with httpx.Client(base_url=sidecar.url, timeout=30) as client:
         deadline = time.monotonic() + 60
         while True:
-            answer = client.get(f"/api/runs/{trace_id}")
+            answer = client.get(f"/api/runs/{run_id}")
             if answer.status_code == 200 and answer.json()["status"] == "complete":
                 break
             assert time.monotonic() < deadline, answer.text
@@ -93,7 +103,7 @@ def test_logged_messages_give_the_model_call_its_text(sidecar: Sidecar, transpor
         run = answer.json()
         # One run (the carrier of the logged events opens none), one step, its words.
         listed = client.get("/api/runs", params={"project": PROJECT}).json()["items"]
-        assert [item["id"] for item in listed] == [trace_id]
+        assert [item["id"] for item in listed] == [run_id]
         steps = run["trajectory"]["steps"]
         assert [(s["kind"], s["content"]) for s in steps] == [
             ("llm", "Lyon has 522,250 inhabitants.")
