@@ -27,7 +27,8 @@ Rules (pure, and independent of the order in which spans arrived):
    invocation (`invoke_agent` / OpenInference AGENT, whose span name stands in when it
    names no agent), else the step's span name. A LangGraph node whose replies all carry
    one author's name (`create_react_agent(name=…)` names them so) is that author: the
-   name the user gave the agent, not the prebuilt graph's node (`agent`).
+   name the user gave the agent, not the prebuilt graph's node (`agent`). The nodes of
+   an unnamed LangChain `create_agent` run on its own (`model`, `tools`) are `agent`.
 6. **Run facts.** `faultfinder.server.run_facts`.
 7. **The user's later turns.** A model call whose input carries the conversation so far
    shows the turns the user took after the model answered (`MappedSpan.later_user_turns`).

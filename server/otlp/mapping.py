@@ -41,6 +41,7 @@ from faultfinder.server.otlp.shapes import (
     tool_call_arguments,
     tool_call_result,
     tool_named_by_span,
+    unnamed_agent_node,
     workflow_tool_call,
     workflow_turn,
 )
@@ -339,7 +340,9 @@ def map_span(span: SpanRecord) -> MappedSpan:
         turn_of=workflow_turn(attrs),
         asks_for_tools=kind is StepKind.LLM and _finished_for_tools(attrs),
         agent_from_context=context_agent is not None,
-        node_author=graph_node_author(attrs) if context_agent is not None else None,
+        node_author=(graph_node_author(attrs) or unnamed_agent_node(attrs))
+        if context_agent is not None
+        else None,
     )
 
 

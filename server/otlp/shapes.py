@@ -41,6 +41,7 @@ __all__ = [
     "tool_call_arguments",
     "tool_call_result",
     "tool_named_by_span",
+    "unnamed_agent_node",
     "without_method",
     "workflow_tool_call",
     "workflow_turn",
@@ -48,6 +49,10 @@ __all__ = [
 
 
 _LANGCHAIN_AGENT_NAME = "lc_agent_name"
+_LANGCHAIN_INTEGRATION = "ls_integration"
+_CREATE_AGENT = "langchain_create_agent"
+UNNAMED_AGENT = "agent"
+"""What an unnamed `create_agent` is called (`unnamed_agent_node`)."""
 _LANGGRAPH_CHECKPOINT_NS = "langgraph_checkpoint_ns"
 _LANGGRAPH_NODE = "langgraph_node"
 _WORKFLOW_AGENT = re.compile(r"""\bcurrent_agent_name=(?P<q>['"])(?P<agent>.+?)(?P=q)""")
@@ -146,11 +151,32 @@ def _langchain_metadata(attrs: Mapping[str, AttributeValue]) -> Mapping[str, Any
     metadata = json_object(attrs.get(c.OI_METADATA))
     if metadata is not None:
         return metadata
-    keys = (_LANGCHAIN_AGENT_NAME, _LANGGRAPH_CHECKPOINT_NS, _LANGGRAPH_NODE)
+    keys = (
+        _LANGCHAIN_AGENT_NAME,
+        _LANGCHAIN_INTEGRATION,
+        _LANGGRAPH_CHECKPOINT_NS,
+        _LANGGRAPH_NODE,
+    )
     found = {
         key: value for key in keys if (value := attrs.get(c.TRACELOOP_ASSOCIATION_PREFIX + key))
     }
     return found or None
+
+
+def unnamed_agent_node(attrs: Mapping[str, AttributeValue]) -> str | None:
+    """`UNNAMED_AGENT` for a node span of an unnamed LangChain `create_agent` run on its
+    own, else None. Its graph's nodes are `model` and `tools`, neither of them the agent;
+    only the node's own span says whose graph it is (`ls_integration`: the chat model's
+    span beneath it says `langchain_chat_model`), so the assembler renames the node on
+    every span (rule 5). A `create_agent` given a name (`lc_agent_name`) or run inside
+    another graph (a namespace of more than one segment) is named as before."""
+    metadata = _langchain_metadata(attrs)
+    if metadata is None or metadata.get(_LANGCHAIN_INTEGRATION) != _CREATE_AGENT:
+        return None
+    namespace = metadata.get(_LANGGRAPH_CHECKPOINT_NS)
+    if metadata.get(_LANGCHAIN_AGENT_NAME) or not isinstance(namespace, str):
+        return None
+    return UNNAMED_AGENT if namespace.strip() and "|" not in namespace else None
 
 
 def graph_node_author(attrs: Mapping[str, AttributeValue]) -> str | None:

@@ -191,6 +191,28 @@ def test_agents_called_as_tools_are_the_names_they_were_given(pipeline: Pipeline
     assert by_agent[4] == ("writer", WRONG), by_agent
 
 
+def test_an_unnamed_create_agent_is_the_agent_not_its_model_node(pipeline: Pipeline) -> None:
+    """LangChain's `create_agent` given no name, run on its own: its graph's nodes are
+    `model` and `tools`, and neither is the agent; the census tool is the agent's own."""
+    llm = ScriptedOpenAI({"RESEARCHER-ROLE": script()["RESEARCHER-ROLE"]})
+
+    def unnamed() -> Any:
+        return create_agent(
+            model(llm), [census_tool()], system_prompt="RESEARCHER-ROLE: look figures up."
+        )
+
+    before, answer, error = pipeline.serving(llm, lambda: ask(unnamed()))
+    assert error is None and "522,250" in str(answer)
+    run = pipeline.the_run(before, statuses=("complete",))
+    assert run["agents"] == ["agent"], run["agents"]
+    steps = run["trajectory"]["steps"]
+    assert [(s["kind"], s["agent"]) for s in steps if s["kind"] in ("llm", "tool")] == [
+        ("llm", "agent"),
+        ("tool", "agent"),
+        ("llm", "agent"),
+    ], steps
+
+
 def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     llm = ScriptedOpenAI({"RESEARCHER-ROLE": [fail(500)]})
     before, _, error = pipeline.serving(llm, lambda: ask(node_graph(llm)))
