@@ -51,7 +51,7 @@ __all__ = [
 _LANGCHAIN_AGENT_NAME = "lc_agent_name"
 _LANGCHAIN_INTEGRATION = "ls_integration"
 _CREATE_AGENT = "langchain_create_agent"
-UNNAMED_AGENT = "agent"
+_UNNAMED_AGENT = "agent"
 """What an unnamed `create_agent` is called (`unnamed_agent_node`)."""
 _LANGGRAPH_CHECKPOINT_NS = "langgraph_checkpoint_ns"
 _LANGGRAPH_NODE = "langgraph_node"
@@ -164,7 +164,7 @@ def _langchain_metadata(attrs: Mapping[str, AttributeValue]) -> Mapping[str, Any
 
 
 def unnamed_agent_node(attrs: Mapping[str, AttributeValue]) -> str | None:
-    """`UNNAMED_AGENT` for a node span of an unnamed LangChain `create_agent` run on its
+    """`_UNNAMED_AGENT` for a node span of an unnamed LangChain `create_agent` run on its
     own, else None. Its graph's nodes are `model` and `tools`, neither of them the agent;
     only the node's own span says whose graph it is (`ls_integration`: the chat model's
     span beneath it says `langchain_chat_model`), so the assembler renames the node on
@@ -176,7 +176,7 @@ def unnamed_agent_node(attrs: Mapping[str, AttributeValue]) -> str | None:
     namespace = metadata.get(_LANGGRAPH_CHECKPOINT_NS)
     if metadata.get(_LANGCHAIN_AGENT_NAME) or not isinstance(namespace, str):
         return None
-    return UNNAMED_AGENT if namespace.strip() and "|" not in namespace else None
+    return _UNNAMED_AGENT if namespace.strip() and "|" not in namespace else None
 
 
 def graph_node_author(attrs: Mapping[str, AttributeValue]) -> str | None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import os
 import random
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -208,25 +211,23 @@ def test_a_connection_idle_between_batches_stays_open_for_the_next(
     """The OpenTelemetry SDK's batch processor exports every 5 s on one kept-alive
     connection. Were the sidecar to close connections idle for that long, every export could
     race its close and be lost in flight; the sidecar keeps them open longer (`keep_alive`)."""
-    import http.client
-    import time
-    from urllib.parse import urlsplit
-
     body = protobuf_body(framework_spans())
     with running_sidecar(sqlite_database_url, tmp_path) as running:
         address = urlsplit(running.url)
         connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=10)
+
+        def export() -> tuple[str, int]:
+            """Send one batch on the kept connection; the local end it went out from."""
+            connection.request("POST", "/v1/traces", body=body, headers=PROTOBUF)
+            answer = connection.getresponse()
+            answer.read()
+            assert answer.status == 200, answer.status
+            local: tuple[str, int] = connection.sock.getsockname()
+            return local
+
         try:
-            for batch in range(2):
-                if batch:
-                    time.sleep(6)  # the batch processor's 5 s, and some
-                connection.request("POST", "/v1/traces", body=body, headers=PROTOBUF)
-                answer = connection.getresponse()
-                answer.read()
-                assert answer.status == 200, (batch, answer.status)
-                local = connection.sock.getsockname()
-                if batch == 0:
-                    first = local
-            assert local == first  # the same connection, not a new one
+            first = export()
+            time.sleep(6)  # the batch processor's 5 s, and some
+            assert export() == first  # the same connection, not a new one
         finally:
             connection.close()
