@@ -257,11 +257,14 @@ def _responsible_step(steps: Sequence[Step], own: Sequence[bool], index: int) ->
     return call
 
 
-def _without_error(trajectory: Trajectory, first_acting: int) -> tuple[int, str, float, str]:
+def _without_error(
+    trajectory: Trajectory, first_acting: int, last_acting: int
+) -> tuple[int, str, float, str]:
     """When no step shows an error: the first agent step that contradicts the report it
     answers, else the first that states a figure nothing observed supports (provenance);
-    else, said plainly to be a guess, the first acting step. (step, reason, confidence,
-    rule)"""
+    else, in a run that never finished (its root span never arrived: metadata
+    `unfinished`), the last acting step, the work stopped after it; else, said plainly to
+    be a guess, the first acting step. (step, reason, confidence, rule)"""
     provenance = Provenance(trajectory.task)
     record_checks = RecordChecks(trajectory.task)
     made_up: tuple[int, str] | None = None
@@ -295,6 +298,16 @@ def _without_error(trajectory: Trajectory, first_acting: int) -> tuple[int, str,
             )
     if made_up is not None:
         return made_up[0], made_up[1], 0.25, "unsupported-figure"
+    if trajectory.metadata.get("unfinished"):
+        agent = trajectory.steps[last_acting].agent
+        return (
+            last_acting,
+            f"no step shows an error, but the run never finished: its work stopped after"
+            f" this step of {agent} (its root span never arrived: the process crashed, was"
+            " killed or hung)",
+            0.15,
+            "unfinished-last-acting-step",
+        )
     return (
         first_acting,
         "a guess: no step shows an error or a figure without support; blaming the first"
@@ -320,8 +333,10 @@ class FirstError:
       before the first acting step have no one to blame and are skipped.
     * When no step shows an error, the evidence of figures (`provenance`): the first
       agent step that answers a tool's report with a figure of its own, repeating none of
-      the report's; else the first that states a figure no observation supports. Only
-      when there is none either, the first acting step, and the reason says it is a guess.
+      the report's; else the first that states a figure no observation supports; else, in
+      a run that never finished (the sidecar gave up waiting for its root span), the last
+      acting step, after which the work stopped. Only when there is none either, the
+      first acting step, and the reason says it is a guess.
 
     Candidates are every acting step, ranked in three bands: the blamed step
     (0.7-1.0), other acting steps answerable for an error signal (0.3-0.7, by
@@ -367,7 +382,7 @@ class FirstError:
             confidence = 0.5 * signal.strength
             rule = "first-error"
         else:
-            blamed, reason, confidence, rule = _without_error(trajectory, acting[0])
+            blamed, reason, confidence, rule = _without_error(trajectory, acting[0], acting[-1])
 
         candidates = self._rank(trajectory, acting, answerable, blamed)
         return Attribution(

@@ -142,6 +142,8 @@ class RunSummary:
     n_steps: int = 0
     n_spans: int = 0
     outcome: str | None = None
+    unfinished: bool = False
+    """Failed because its root span never arrived (crashed, killed or hung)."""
     started_at: float | None = None
     """Unix seconds of the earliest span start."""
     ended_at: float | None = None

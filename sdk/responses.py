@@ -228,6 +228,7 @@ def _summary_fields(f: _Fields) -> dict[str, Any]:
         "n_steps": f.integer("n_steps", 0),
         "n_spans": f.integer("n_spans", 0),
         "outcome": f.optional_text("outcome"),
+        "unfinished": f.boolean("unfinished", False),
         "started_at": f.optional_number("started_at"),
         "ended_at": f.optional_number("ended_at"),
         "attributions": tuple(_attribution(item, path) for path, item in f.items("attributions")),

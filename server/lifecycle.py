@@ -3,9 +3,16 @@
 Rules (applied by `sweep`, which a daemon calls every few seconds):
 
 - A `running` run finishes when an outcome was posted for it (at once), or when its
-  root span has ended and no new span arrived for the quiet period. A run with only
-  orphan spans (its root never arrived) finishes after the quiet period measured
-  from its last span: a lost root must not keep a run open forever.
+  root span has ended and no new span arrived for the quiet period. The root is the
+  span without a parent, or whose parent is in another process (OTLP span flags).
+- A run with only orphan spans (its root has not arrived) finishes after the quiet
+  period measured from its last span when nothing says where the root is (a lost root
+  must not keep a run open forever). When its spans' sender says their parents are in
+  the same process (`local_parent`), the root is still open there (a long model call)
+  or was lost with its process: the run finishes `failed` at the quiet period if its
+  spans already say so, else waits `unfinished_after` from its last span and is then
+  finished `failed` and marked `unfinished` (a crash or a kill that ended no span, a
+  hang), unless an outcome says success.
 - It finishes `failed` when its outcome is `failure`, or when no outcome is known and
   a root span ended with status ERROR, or the run's work ended in an error
   (`work_failed`: an exception escaped the agents, even if the root says OK, or the
@@ -30,7 +37,10 @@ from dataclasses import dataclass
 from faultfinder.server.otlp.model import SpanRecord, StatusCode
 from faultfinder.server.store import RunOutcome, RunRow, RunStatus, SpanStore
 
-__all__ = ["RunTransition", "decide", "is_failure", "sweep", "work_failed"]
+__all__ = ["RunTransition", "awaits_root", "decide", "is_failure", "sweep", "work_failed"]
+
+DEFAULT_UNFINISHED_AFTER_S = 300.0
+"""The `unfinished_after` setting's default (seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +110,24 @@ def is_failure(run: RunRow, *, work_failed: bool = False) -> bool:
     return bool(run.root_error or (run.work_error and work_failed))
 
 
+def awaits_root(run: RunRow) -> bool:
+    """No root has arrived, and the run's spans say it is in their own process: it is
+    still open there, or was lost with that process."""
+    return run.root_span_id is None and run.local_parent
+
+
 def decide(
-    run: RunRow, *, now_ns: int, quiet_period_ns: int, work_failed: bool = False
+    run: RunRow,
+    *,
+    now_ns: int,
+    quiet_period_ns: int,
+    unfinished_after_ns: int = int(DEFAULT_UNFINISHED_AFTER_S * 1e9),
+    work_failed: bool = False,
 ) -> RunStatus | None:
     """The status `run` should move to now, or None to leave it as it is; `work_failed`
-    is that function's answer for the run's spans.
+    is that function's answer for the run's spans. A run moved to `failed` because its
+    root never came (`awaits_root`, past `unfinished_after_ns`, no outcome) is the one
+    the sweep marks `unfinished`.
 
     The plain statement of the rules; the sweep has the database apply the same rules
     (`SpanStore.settle_due`, reading the spans only of runs with an error below the
@@ -115,6 +138,10 @@ def decide(
         if run.outcome_posted_at is not None:
             return finished
         quiet = run.last_span_received_at + quiet_period_ns <= now_ns
+        if awaits_root(run):
+            if run.last_span_received_at + unfinished_after_ns <= now_ns:
+                return finished if run.outcome is not None else RunStatus.FAILED
+            return finished if quiet and finished == RunStatus.FAILED else None
         root_done = run.root_span_id is None or run.root_ended
         return finished if quiet and root_done else None
     if run.status == RunStatus.COMPLETE and finished == RunStatus.FAILED:
@@ -127,6 +154,7 @@ async def sweep(
     *,
     now: float,
     quiet_period_s: float,
+    unfinished_after_s: float = DEFAULT_UNFINISHED_AFTER_S,
     limit: int = 1000,
     budget_s: float = 1.0,
     only: str | None = None,
@@ -139,15 +167,22 @@ async def sweep(
     other while full, for about `budget_s` seconds. So a backlog of thousands of small
     runs is worked off in one call instead of one page per sweep interval, without
     holding SQLite's single write lock long enough to stall ingest. With `only`, just
-    that run is settled (an outcome was posted for it).
+    that run is settled (an outcome was posted for it). A run awaiting its root waits
+    at least the quiet period, whatever `unfinished_after_s` says.
     """
     now_ns = int(now * 1e9)
     quiet_period_ns = int(quiet_period_s * 1e9)
+    unfinished_after_ns = int(max(unfinished_after_s, quiet_period_s) * 1e9)
     deadline = time.monotonic() + budget_s
     transitions: list[RunTransition] = []
     while True:
         seen, moved = await _sweep_page(
-            store, now_ns=now_ns, quiet_period_ns=quiet_period_ns, limit=limit, only=only
+            store,
+            now_ns=now_ns,
+            quiet_period_ns=quiet_period_ns,
+            unfinished_after_ns=unfinished_after_ns,
+            limit=limit,
+            only=only,
         )
         transitions += moved
         if seen < limit or only is not None or time.monotonic() >= deadline:
@@ -156,7 +191,13 @@ async def sweep(
 
 
 async def _sweep_page(
-    store: SpanStore, *, now_ns: int, quiet_period_ns: int, limit: int, only: str | None = None
+    store: SpanStore,
+    *,
+    now_ns: int,
+    quiet_period_ns: int,
+    unfinished_after_ns: int,
+    limit: int,
+    only: str | None = None,
 ) -> tuple[int, list[RunTransition]]:
     """Settle up to `limit` due runs (and as many changed complete runs) in one
     transaction; returns the larger page's size and the transitions.
@@ -166,16 +207,31 @@ async def _sweep_page(
     second starve the sweep of event-loop time.
     """
     quiet_since = now_ns - quiet_period_ns
+    unfinished_since = now_ns - unfinished_after_ns
     seen, moved, pending = await store.settle_due(
-        quiet_since=quiet_since, now=now_ns, limit=limit, only=only
+        quiet_since=quiet_since,
+        unfinished_since=unfinished_since,
+        now=now_ns,
+        limit=limit,
+        only=only,
     )
     transitions = [RunTransition(run_id, previous, status) for run_id, previous, status in moved]
     # The runs with an error below an ordinary root: their spans say whether it ended the
     # work. Few runs have one; their spans are read in one query.
-    spans = await store.spans_of_runs(pending)
-    for run_id in pending:
+    spans = await store.spans_of_runs([run_id for run_id, _ in pending])
+    for run_id, awaiting_since in pending:
         failed = work_failed(spans.get(run_id, []))
+        if awaiting_since is not None and not failed:
+            # Recovered from; its root is still to come (or `unfinished_after`).
+            await store.mark_recovered(run_id, last_span_received_at=awaiting_since)
+            continue
         status = RunStatus.FAILED if failed else RunStatus.COMPLETE
-        if await store.finish_checked(run_id, status, quiet_since=quiet_since, now=now_ns):
+        if await store.finish_checked(
+            run_id,
+            status,
+            quiet_since=quiet_since,
+            unfinished_since=unfinished_since,
+            now=now_ns,
+        ):
             transitions.append(RunTransition(run_id, RunStatus.RUNNING, status))
     return seen, transitions

@@ -40,6 +40,8 @@ class DatabaseSnapshot:
 
     up: bool = False
     runs: dict[str, int] = field(default_factory=dict)
+    unfinished: int = 0
+    """Runs failed because their root span never arrived."""
     jobs: dict[tuple[str, str], int] = field(default_factory=dict)
     """(attributor, status) → jobs."""
     bench: list[BenchEntry] = field(default_factory=list)
@@ -146,6 +148,11 @@ class LiveCollector(Collector):
         runs = GaugeMetricFamily(
             "faultfinder_runs", "Runs in the database by status.", labels=["status"]
         )
+        unfinished = GaugeMetricFamily(
+            "faultfinder_runs_unfinished",
+            "Failed runs whose root span never arrived: their process crashed, was killed or"
+            " hung before ending it.",
+        )
         jobs = GaugeMetricFamily(
             "faultfinder_attribution_jobs",
             "Attribution jobs in the database by attributor and status.",
@@ -154,12 +161,13 @@ class LiveCollector(Collector):
         if snapshot.up:
             for status in RunStatus:
                 runs.add_metric([status.value], snapshot.runs.get(status.value, 0))
+            unfinished.add_metric([], snapshot.unfinished)
             attributors = sorted({attributor for attributor, _ in snapshot.jobs})
             for attributor in attributors:
                 for job_status in JobStatus:
                     count = snapshot.jobs.get((attributor, job_status.value), 0)
                     jobs.add_metric([attributor, job_status.value], count)
-        yield from (database_up, runs, jobs)
+        yield from (database_up, runs, unfinished, jobs)
         yield from _bench_families(snapshot.bench if snapshot.up else [])
 
 
@@ -288,7 +296,7 @@ class ServerMetrics:
         the next exposition."""
         snapshot = DatabaseSnapshot()
         try:
-            snapshot.runs = await store.runs_by_status()
+            snapshot.runs, snapshot.unfinished = await store.runs_by_status()
             snapshot.jobs = await jobs.counts_by_attributor()
             if bench is not None:
                 snapshot.bench = await bench.latest()

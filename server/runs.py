@@ -120,6 +120,7 @@ class RunService:
             n_steps=n_steps,
             n_spans=row.n_spans,
             outcome=row.outcome,
+            unfinished=row.unfinished,
             started_at=_seconds(row.started_at),
             ended_at=_seconds(row.ended_at),
             attributions=attributions,

@@ -58,6 +58,16 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds without new spans after the root span ended before a run is complete.",
     )
+    unfinished_after: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds a run whose root span has not arrived, but whose spans say it is"
+        " in their own process (OTLP span flags), waits after its last span before it is"
+        " finished `failed` and marked unfinished: its process crashed, was killed or hung"
+        " before ending the root (some instrumentations end no span when an exception"
+        " escapes). At least the quiet period; raise it above the longest pause of your runs"
+        " (a slow model call, a wait for a person).",
+    )
     sweep_interval: float = Field(
         default=1.0, gt=0, description="Seconds between checks for runs that became complete."
     )

@@ -34,7 +34,10 @@ class LifecycleSweeper(PeriodicDaemon):
 
     async def tick(self) -> None:
         transitions = await sweep(
-            self._store, now=time.time(), quiet_period_s=self._settings.quiet_period
+            self._store,
+            now=time.time(),
+            quiet_period_s=self._settings.quiet_period,
+            unfinished_after_s=self._settings.unfinished_after,
         )
         await self._announce(transitions)
 
@@ -45,6 +48,7 @@ class LifecycleSweeper(PeriodicDaemon):
             self._store,
             now=time.time(),
             quiet_period_s=self._settings.quiet_period,
+            unfinished_after_s=self._settings.unfinished_after,
             only=run_id,
         )
         await self._announce(transitions)

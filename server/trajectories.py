@@ -34,13 +34,15 @@ def run_trajectory(run_id: str, spans: Sequence[SpanRecord], row: RunRow | None)
         )
         if value is not None
     }
+    metadata: dict[str, object] = {}
     if row.n_spans > len(spans):
         # The store read only the run's earliest spans (`max_spans_per_run`): say so.
-        updates["metadata"] = {
-            **trajectory.metadata,
-            "spans_read": len(spans),
-            "spans_stored": row.n_spans,
-        }
+        metadata |= {"spans_read": len(spans), "spans_stored": row.n_spans}
+    if row.unfinished:
+        # The lifecycle gave up waiting for the run's root span: its work stopped.
+        metadata["unfinished"] = True
+    if metadata:
+        updates["metadata"] = {**trajectory.metadata, **metadata}
     return trajectory.model_copy(update=updates) if updates else trajectory
 
 

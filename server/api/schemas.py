@@ -18,6 +18,9 @@ class RunSummary(BaseModel):
     n_steps: int
     n_spans: int
     outcome: str | None = None
+    unfinished: bool = False
+    """The run failed because its root span never arrived: its process crashed, was
+    killed or hung before ending it (the `unfinished_after` setting)."""
     started_at: float | None = None
     """Unix seconds of the earliest span start."""
     ended_at: float | None = None

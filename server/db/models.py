@@ -118,7 +118,8 @@ class RunTable(SQLModel, table=True):
     status: str = Field(sa_column=Column(String(16), nullable=False))
     """A `RunStatus` value."""
     root_span_id: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
-    """The earliest-starting span without a parent; null while only orphans arrived."""
+    """The earliest-starting span without a parent (or with a parent in another process);
+    null while only orphans arrived."""
     root_started_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     root_ended_at: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     """End time of the root span; 0 or null while it has not ended."""
@@ -130,6 +131,25 @@ class RunTable(SQLModel, table=True):
     )
     """Some span other than the root ended with status ERROR: the lifecycle reads the
     run's spans to tell whether that error ended its work (`lifecycle.work_failed`)."""
+    local_parent: bool = Field(
+        default=False,
+        sa_column=Column(Boolean, nullable=False, server_default=false()),
+    )
+    """Some span's sender said its parent is in the same process (OTLP span flags): while
+    no root has arrived, the run's root is still to come (open, or lost in a crash), so
+    the run waits `unfinished_after`, not the quiet period."""
+    unfinished: bool = Field(
+        default=False,
+        sa_column=Column(Boolean, nullable=False, server_default=false()),
+    )
+    """The run was finished `failed` because its root never arrived: its process
+    crashed, was killed or hung before ending it (or an exporter dropped it)."""
+    recovered_checked_at: int | None = Field(
+        default=None, sa_column=Column(BigInteger, nullable=True)
+    )
+    """For a run awaiting its root: `last_span_received_at` when the lifecycle last read
+    its spans and found its errors recovered from; it reads them again only once another
+    span arrived."""
     started_at: int = Field(sa_column=Column(BigInteger, nullable=False))
     """Earliest span start (Unix ns)."""
     ended_at: int = Field(sa_column=Column(BigInteger, nullable=False))

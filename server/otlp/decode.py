@@ -73,6 +73,9 @@ NESTED_TOO_DEEP = "[nested too deep]"
 _MAX_TIME_NS = 2**63 - 1
 _TRACE_ID_BYTES = 16
 _SPAN_ID_BYTES = 8
+# OTLP `SpanFlags`: bit 8 says bit 9 is meaningful; bit 9 says the parent is remote.
+_HAS_IS_REMOTE = 0x100
+_IS_REMOTE = 0x200
 _MAX_REASONS = 3
 """Distinct rejection reasons quoted in the partial-success message."""
 
@@ -333,6 +336,9 @@ def _span_record(
     # An all-zero parent is how some exporters spell "no parent".
     parent_id = span.parent_span_id
     parent = parent_id.hex() if any(parent_id) else None
+    parent_remote = None
+    if parent is not None and span.flags & _HAS_IS_REMOTE:
+        parent_remote = bool(span.flags & _IS_REMOTE)
     span_status = span.status
     try:
         status = StatusCode(span_status.code)
@@ -346,6 +352,7 @@ def _span_record(
         start_time_unix_nano=span.start_time_unix_nano,
         end_time_unix_nano=span.end_time_unix_nano,
         kind=int(span.kind),
+        parent_remote=parent_remote,
         status_code=status,
         status_message=limits.capped(span_status.message, MAX_MESSAGE_BYTES),
         attributes=_attributes(span.attributes, limits),

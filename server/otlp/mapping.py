@@ -66,7 +66,8 @@ class RunFacts:
     """The run: `faultfinder.run.id`, else (when grouping by conversation) the
     conversation/session id, else the trace id."""
     is_root: bool
-    """The span has no parent: the run's root (or a provisional root for an orphan)."""
+    """The span has no parent, or a parent in another process (a request's server span):
+    the run's root (or a provisional root for an orphan)."""
     failed: bool
     """The span is a root with status ERROR, or says outcome=failure."""
     outcome: str | None
@@ -74,6 +75,9 @@ class RunFacts:
     task: str | None
     ground_truth: str | None
     final_answer: str | None
+    local_parent: bool = False
+    """The sender says the span's parent is in the same process (OTLP span flags): the
+    run's root is a span of that process and will arrive once it has ended."""
     opens_run: bool = True
     """False for a root span that only records setting an agent up (GenAI `create_agent`,
     which autogen-core sends in a trace of its own as each agent is built; Microsoft Agent
@@ -94,7 +98,7 @@ def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFa
     """Run-level facts of one span (root status, outcome, task, answers)."""
     attrs = span.attributes
     run_id = run_id_of(span, group_by_conversation=group_by_conversation)
-    is_root = span.parent_span_id is None
+    is_root = span.parent_span_id is None or span.parent_remote is True
     outcome = as_text(attrs.get(c.RUN_OUTCOME))
     outcome = outcome.strip().lower() if outcome else None
     failed = outcome == "failure" or (is_root and span.status_code == StatusCode.ERROR)
@@ -106,6 +110,7 @@ def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFa
     return RunFacts(
         run_id=run_id,
         is_root=is_root,
+        local_parent=span.parent_remote is False,
         failed=failed,
         outcome=outcome,
         task=as_text(attrs.get(c.RUN_TASK)),

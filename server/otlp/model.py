@@ -42,6 +42,10 @@ class SpanRecord:
     end_time_unix_nano: int
     """0 while the span has not ended (never the case for exported spans, kept for safety)."""
     kind: int = 0
+    parent_remote: bool | None = None
+    """Whether the parent span lives in another process (propagated in a request), as the
+    OTLP span flags say; None when the span has no parent or the sender does not say
+    (flags were added to OTLP in 1.1; the OpenTelemetry SDKs send them)."""
     status_code: StatusCode = StatusCode.UNSET
     status_message: str = ""
     attributes: dict[str, AttributeValue] = field(default_factory=dict)

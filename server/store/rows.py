@@ -51,6 +51,10 @@ class RunRow:
     """A span without a parent ended with status ERROR."""
     work_error: bool
     """Some span other than the root ended with status ERROR."""
+    local_parent: bool
+    """Some span's parent is in the same process: a missing root is still to come."""
+    unfinished: bool
+    """Finished `failed` because its root never arrived (`unfinished_after`)."""
     started_at: int
     ended_at: int
     last_span_received_at: int
@@ -88,6 +92,8 @@ class RunRow:
             root_ended=bool(root_ended_at),
             root_error=bool(values["root_error"]),
             work_error=bool(values["work_error"]),
+            local_parent=bool(values["local_parent"]),
+            unfinished=bool(values["unfinished"]),
             started_at=values["started_at"],
             ended_at=values["ended_at"],
             last_span_received_at=values["last_span_received_at"],

@@ -12,23 +12,26 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faultfinder.server.db.models import RunOutcome, RunStatus
 from faultfinder.server.store.tables import RUNS
 
-__all__ = ["finish_checked", "settle_due"]
+__all__ = ["finish_checked", "mark_recovered", "settle_due"]
 
 
 async def settle_due(
     engine: AsyncEngine,
     *,
     quiet_since: int,
+    unfinished_since: int,
     now: int,
     limit: int = 1000,
     only: str | None = None,
-) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[str]]:
+) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[tuple[str, int | None]]]:
     """Apply the lifecycle rules (`lifecycle.decide`) to one page of runs, in the
     database, in one short transaction.
 
     Finishes up to `limit` `running` runs that are due (an outcome was posted, or no
-    new span since `quiet_since` (Unix ns) and no open root span), oldest activity
-    first, as `failed` or `complete`; and re-checks up to `limit` `complete` runs that
+    new span since `quiet_since` (Unix ns) and no open root span; a run awaiting its
+    root (`lifecycle.awaits_root`) at `quiet_since` only if it failed, else at
+    `unfinished_since`, then marked `unfinished`), oldest activity first, as `failed`
+    or `complete`; and re-checks up to `limit` `complete` runs that
     changed since the last sweep, failing those whose outcome now says failure.
     Each is one `UPDATE … WHERE id IN (page) … RETURNING` statement, atomic under
     SQLite's write lock; on PostgreSQL the page is locked (`SKIP LOCKED`) and the
@@ -38,8 +41,9 @@ async def settle_due(
     the two pages held (a full page means more may be waiting), the transitions
     (run id, from, to), and the due runs the database cannot decide: no outcome, a
     root that did not fail, and an error below it, which may have ended the work or
-    been recovered from; the caller reads their spans (`finish_checked`). With
-    `only`, the pages hold at most that run.
+    been recovered from, each with, if it awaits its root, when its last span was
+    received (recovered from, it stays running: `mark_recovered`); the caller reads
+    their spans (`finish_checked`). With `only`, the pages hold at most that run.
     """
     running = RunStatus.RUNNING.value
     complete = RunStatus.COMPLETE.value
@@ -52,11 +56,21 @@ async def settle_due(
     undecided = and_(
         RUNS.c.outcome.is_(None), RUNS.c.root_error == false(), RUNS.c.work_error == true()
     )
-    due = and_(RUNS.c.status == running, _finished(quiet_since))
+    due = and_(RUNS.c.status == running, _finished(quiet_since, unfinished_since))
     changed = and_(RUNS.c.needs_sweep == true(), RUNS.c.status == complete)
-    decided = and_(due, not_(undecided))
+    # Past `unfinished_since` a run awaiting its root fails whatever its spans say (an
+    # error that ended its work failed it at the quiet period already).
+    timed_out = and_(_awaits_root(), RUNS.c.last_span_received_at <= unfinished_since)
+    unfinished = and_(timed_out, RUNS.c.outcome.is_(None))
+    undecided_now = and_(undecided, not_(timed_out))
+    decided = and_(due, not_(undecided_now))
     due_page = select(RUNS.c.id).where(decided).order_by(RUNS.c.last_span_received_at).limit(limit)
-    pending_page = select(RUNS.c.id).where(due, undecided).limit(limit)
+    # A run awaiting its root whose spans were found recovered from is read again only
+    # once another span arrived.
+    unchecked = func.coalesce(RUNS.c.recovered_checked_at, -1) != RUNS.c.last_span_received_at
+    awaiting_since = case((_awaits_root(), RUNS.c.last_span_received_at), else_=None)
+    pending_page = select(RUNS.c.id, awaiting_since.label("awaiting_since"))
+    pending_page = pending_page.where(due, undecided_now, unchecked).limit(limit)
     # No ORDER BY: ordering by activity made SQLite walk every complete run ever
     # stored through the status index; unordered, it reads only the changed ones
     # through ix_runs_needs_sweep_status (each is cleared once seen, none starves).
@@ -81,7 +95,8 @@ async def settle_due(
         update(RUNS)
         .where(RUNS.c.id.in_(due_page.scalar_subquery()), *recheck_due)
         .values(
-            status=case((failure, failed), else_=complete),
+            status=case((failure, failed), (unfinished, failed), else_=complete),
+            unfinished=unfinished,
             completed_at=func.coalesce(RUNS.c.completed_at, now),
             updated_at=now,
             version=RUNS.c.version + 1,
@@ -103,7 +118,7 @@ async def settle_due(
     async with engine.begin() as conn:
         finished = (await conn.execute(finish)).all()
         rechecked = (await conn.execute(recheck)).all()
-        pending = [row.id for row in await conn.execute(pending_page)]
+        pending = [(row.id, row.awaiting_since) for row in await conn.execute(pending_page)]
     transitions = [(row.id, RunStatus.RUNNING, RunStatus(row.status)) for row in finished]
     transitions += [
         (row.id, RunStatus.COMPLETE, RunStatus.FAILED) for row in rechecked if row.status == failed
@@ -112,7 +127,13 @@ async def settle_due(
 
 
 async def finish_checked(
-    engine: AsyncEngine, run_id: str, status: RunStatus, *, quiet_since: int, now: int
+    engine: AsyncEngine,
+    run_id: str,
+    status: RunStatus,
+    *,
+    quiet_since: int,
+    unfinished_since: int,
+    now: int,
 ) -> bool:
     """Finish a run `settle_due` left undecided as `status` (the caller read its spans),
     if it is still due and undecided; returns whether it moved."""
@@ -123,7 +144,7 @@ async def finish_checked(
             RUNS.c.status == RunStatus.RUNNING.value,
             RUNS.c.outcome.is_(None),
             RUNS.c.root_error == false(),
-            _finished(quiet_since),
+            _finished(quiet_since, unfinished_since),
         )
         .values(
             status=RunStatus(status).value,
@@ -138,15 +159,49 @@ async def finish_checked(
         return (await conn.execute(statement)).first() is not None
 
 
-def _finished(quiet_since: int) -> ColumnElement[bool]:
+async def mark_recovered(engine: AsyncEngine, run_id: str, *, last_span_received_at: int) -> None:
+    """Note that the spans of a run awaiting its root, as of `last_span_received_at`, show
+    only errors recovered from: `settle_due` leaves it out until another span arrives."""
+    statement = (
+        update(RUNS)
+        .where(
+            RUNS.c.id == run_id,
+            RUNS.c.status == RunStatus.RUNNING.value,
+            RUNS.c.last_span_received_at == last_span_received_at,
+        )
+        .values(recovered_checked_at=last_span_received_at)
+    )
+    async with engine.begin() as conn:
+        await conn.execute(statement)
+
+
+def _awaits_root() -> ColumnElement[bool]:
+    """`lifecycle.awaits_root`: no root yet, and the spans say it is in their process."""
+    return and_(RUNS.c.root_span_id.is_(None), RUNS.c.local_parent == true())
+
+
+def _finished(quiet_since: int, unfinished_since: int) -> ColumnElement[bool]:
     """A running run is due: an outcome was posted, or no span arrived since
-    `quiet_since` (Unix ns) and its root, if it has one, has ended."""
+    `quiet_since` (Unix ns) and its root, if it has one, has ended; a run awaiting its
+    root is due then only if its spans may say it failed, else once no span arrived
+    since `unfinished_since`."""
+    quiet = RUNS.c.last_span_received_at <= quiet_since
+    # No root has arrived, so no root error: a failure is the outcome's or the work's.
+    may_have_failed = or_(
+        RUNS.c.outcome == RunOutcome.FAILURE.value,
+        and_(RUNS.c.outcome.is_(None), RUNS.c.work_error == true()),
+    )
     return or_(
         and_(
-            RUNS.c.last_span_received_at <= quiet_since,
+            quiet,
             # A root that never ends keeps its run open; leaving such runs out keeps them
             # from crowding due runs past `limit`.
-            or_(RUNS.c.root_span_id.is_(None), RUNS.c.root_ended_at > 0),
+            or_(
+                and_(RUNS.c.root_span_id.is_(None), RUNS.c.local_parent == false()),
+                RUNS.c.root_ended_at > 0,
+            ),
         ),
+        and_(quiet, _awaits_root(), may_have_failed),
+        and_(_awaits_root(), RUNS.c.last_span_received_at <= unfinished_since),
         RUNS.c.outcome_posted_at.is_not(None),
     )

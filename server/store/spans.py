@@ -253,7 +253,12 @@ class SpanStore:
                     started_at=span.start_time_unix_nano,
                     ended_at=span.end_time_unix_nano,
                 )
-            delta.add(span, is_root=span_facts.is_root, outcome=known_outcome(span_facts.outcome))
+            delta.add(
+                span,
+                is_root=span_facts.is_root,
+                outcome=known_outcome(span_facts.outcome),
+                local_parent=span_facts.local_parent,
+            )
         if deltas:  # none when every new span only set an agent up
             conn.execute(
                 self._upsert_runs, [deltas[run_id].row(batch.now) for run_id in sorted(deltas)]
@@ -527,11 +532,19 @@ class SpanStore:
             count: int = (await conn.execute(statement)).scalar_one()
         return count
 
-    async def runs_by_status(self) -> dict[str, int]:
-        """How many runs are in each status (for /metrics)."""
-        statement = select(RUNS.c.status, func.count()).group_by(RUNS.c.status)
+    async def runs_by_status(self) -> tuple[dict[str, int], int]:
+        """How many runs are in each status, and how many of them were failed as
+        `unfinished` (for /metrics); one pass over the runs."""
+        statement = select(RUNS.c.status, RUNS.c.unfinished, func.count()).group_by(
+            RUNS.c.status, RUNS.c.unfinished
+        )
+        by_status: dict[str, int] = {}
+        unfinished = 0
         async with self._engine.connect() as conn:
-            return {status: count for status, count in (await conn.execute(statement)).tuples()}
+            for status, marked, count in (await conn.execute(statement)).tuples():
+                by_status[status] = by_status.get(status, 0) + count
+                unfinished += count if marked else 0
+        return by_status, unfinished
 
     async def count_spans(self) -> int:
         async with self._engine.connect() as conn:
@@ -564,19 +577,41 @@ class SpanStore:
     # -- the lifecycle's statements (`faultfinder.server.store.settle`) ------------------
 
     async def settle_due(
-        self, *, quiet_since: int, now: int, limit: int = 1000, only: str | None = None
-    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[str]]:
+        self,
+        *,
+        quiet_since: int,
+        unfinished_since: int,
+        now: int,
+        limit: int = 1000,
+        only: str | None = None,
+    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[tuple[str, int | None]]]:
         """`settle.settle_due` on this store's database."""
         return await settle.settle_due(
-            self._engine, quiet_since=quiet_since, now=now, limit=limit, only=only
+            self._engine,
+            quiet_since=quiet_since,
+            unfinished_since=unfinished_since,
+            now=now,
+            limit=limit,
+            only=only,
+        )
+
+    async def mark_recovered(self, run_id: str, *, last_span_received_at: int) -> None:
+        """`settle.mark_recovered` on this store's database."""
+        await settle.mark_recovered(
+            self._engine, run_id, last_span_received_at=last_span_received_at
         )
 
     async def finish_checked(
-        self, run_id: str, status: RunStatus, *, quiet_since: int, now: int
+        self, run_id: str, status: RunStatus, *, quiet_since: int, unfinished_since: int, now: int
     ) -> bool:
         """`settle.finish_checked` on this store's database."""
         return await settle.finish_checked(
-            self._engine, run_id, status, quiet_since=quiet_since, now=now
+            self._engine,
+            run_id,
+            status,
+            quiet_since=quiet_since,
+            unfinished_since=unfinished_since,
+            now=now,
         )
 
 

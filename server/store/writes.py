@@ -35,14 +35,18 @@ class RunDelta:
     root_ended_at: int | None = None
     root_error: bool = False
     work_error: bool = False
+    local_parent: bool = False
     outcome: str | None = None
     outcome_reason: str | None = None
     task: str | None = None
     ground_truth: str | None = None
     final_answer: str | None = None
 
-    def add(self, span: SpanRecord, *, is_root: bool, outcome: str | None) -> None:
+    def add(
+        self, span: SpanRecord, *, is_root: bool, outcome: str | None, local_parent: bool = False
+    ) -> None:
         self.n_spans += 1
+        self.local_parent = self.local_parent or local_parent
         self.started_at = min(self.started_at, span.start_time_unix_nano)
         self.ended_at = max(self.ended_at, span.end_time_unix_nano)
         if is_root:
@@ -74,6 +78,9 @@ class RunDelta:
             "root_ended_at": self.root_ended_at,
             "root_error": self.root_error,
             "work_error": self.work_error,
+            "local_parent": self.local_parent,
+            "unfinished": False,
+            "recovered_checked_at": None,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "last_span_received_at": now,
@@ -132,6 +139,7 @@ def runs_upsert(stmt: Any, least: Any, greatest: Any) -> Insert:
             ),
             "root_error": or_(run.root_error, new.root_error),
             "work_error": or_(run.work_error, new.work_error),
+            "local_parent": or_(run.local_parent, new.local_parent),
             "outcome": case((take_new_outcome, new.outcome), else_=run.outcome),
             "outcome_reason": case(
                 (take_new_outcome, new.outcome_reason),

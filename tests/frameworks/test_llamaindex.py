@@ -103,13 +103,17 @@ def test_the_model_endpoint_failing_fails_the_run(pipeline: Pipeline) -> None:
     before, _, error = pipeline.serving(llm, lambda: ask(workflow(llm)))
     assert error is not None
     if FRAMEWORK == "llamaindex+openllmetry":
-        # OpenLLMetry records no error anywhere: the model call's span never arrives and
-        # the workflow's spans lose their parents, all UNSET. Nothing sent says the run
-        # failed; posting its outcome is the way to say so.
-        run = pipeline.the_run(before, statuses=("complete",))
+        # OpenLLMetry records no error anywhere and never ends the workflow's span: the
+        # spans that arrive (its tasks', all UNSET, none naming an agent) say their
+        # parent is in their process. The run fails once `unfinished_after` passed
+        # without its root; its only name for who acted is the service's.
+        run = pipeline.the_run(before, statuses=("attributed",))
+        assert run["unfinished"], run
         assert not harness.error_steps(run), run["trajectory"]["steps"]
+        assert run["agents"] == [f"{PROJECT}-agents"], run["agents"]
         return
-    pipeline.the_failed_run(before, agents=["researcher"])
+    run, _ = pipeline.the_failed_run(before, agents=["researcher"])
+    assert not run["unfinished"], run
 
 
 def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipeline) -> None:

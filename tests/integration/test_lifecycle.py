@@ -30,12 +30,14 @@ def span(
     status: StatusCode = StatusCode.UNSET,
     ended: bool = True,
     attrs: dict[str, Any] | None = None,
+    parent_remote: bool | None = None,
 ) -> SpanRecord:
     start = next(_ids) * SECOND
     return SpanRecord(
         trace_id=trace.rjust(32, "0"),
         span_id=f"{next(_ids):016x}",
         parent_span_id=parent,
+        parent_remote=parent_remote,
         name=f"span in {trace}",
         start_time_unix_nano=start,
         end_time_unix_nano=start + SECOND if ended else 0,
@@ -225,6 +227,77 @@ async def test_run_with_only_orphan_spans_completes_after_the_quiet_period(
     assert await sweep(store, t0 + 10 + QUIET) == {run_id("g"): ("running", "complete")}
 
 
+async def test_run_whose_root_is_still_in_its_process_waits_then_fails_unfinished(
+    store: SpanStore,
+) -> None:
+    """Spans whose sender says their parent is in the same process, and no root: the
+    root is still open (a long model call) or was lost with a crashed process."""
+    t0 = 1_000.0
+    local = "00000000000000aa"
+    await store.write_spans([span("u", parent=local, parent_remote=False)], received_at=t0)
+    assert await sweep(store, t0 + QUIET + 1) == {}
+    # More work arrives after a pause longer than the quiet period: still the same run.
+    await store.write_spans([span("u", parent=local, parent_remote=False)], received_at=t0 + 60)
+    assert await sweep(store, t0 + 60 + lifecycle.DEFAULT_UNFINISHED_AFTER_S - 1) == {}
+    moved = await sweep(store, t0 + 60 + lifecycle.DEFAULT_UNFINISHED_AFTER_S)
+    assert moved == {run_id("u"): ("running", "failed")}
+    run = await store.get_run(run_id("u"))
+    assert run is not None and run.unfinished and run.n_spans == 2
+
+    # The same with its outcome said to be a success: a success, not unfinished.
+    ok = span("v", parent=local, parent_remote=False, attrs={c.RUN_OUTCOME: "success"})
+    await store.write_spans([ok], received_at=t0)
+    moved = await sweep(store, t0 + lifecycle.DEFAULT_UNFINISHED_AFTER_S)
+    assert moved == {run_id("v"): ("running", "complete")}
+    run = await store.get_run(run_id("v"))
+    assert run is not None and not run.unfinished
+
+
+async def test_run_awaiting_its_root_fails_at_the_quiet_period_when_an_error_ended_it(
+    store: SpanStore,
+) -> None:
+    t0 = 1_000.0
+    local = "00000000000000aa"
+    failing = span("w", parent=local, parent_remote=False, status=StatusCode.ERROR)
+    await store.write_spans([failing], received_at=t0)
+    # An error the agents went on from: the run waits for its root.
+    recovered = [
+        span("x", parent=local, parent_remote=False, status=StatusCode.ERROR),
+        span("x", parent=local, parent_remote=False),
+    ]
+    await store.write_spans(recovered, received_at=t0)
+    assert await sweep(store, t0 + QUIET + 1) == {run_id("w"): ("running", "failed")}
+    run = await store.get_run(run_id("w"))
+    assert run is not None and not run.unfinished
+    assert await status(store, "x") == "running"
+
+    # Its spans are not read again on every sweep: only once another span arrived.
+    async def pending(at: float) -> list[str]:
+        since = int((at - QUIET) * 1e9)
+        settled = await store.settle_due(
+            quiet_since=since, unfinished_since=since - 10**12, now=int(at * 1e9)
+        )
+        return [run for run, _ in settled[2]]
+
+    assert await pending(t0 + QUIET + 2) == []
+    await store.write_spans([span("x", parent=local, parent_remote=False)], received_at=t0 + 5)
+    assert await pending(t0 + 5 + QUIET + 1) == [run_id("x")]
+
+
+async def test_span_whose_parent_is_remote_is_the_runs_root(store: SpanStore) -> None:
+    """A request's server span continues a trace from another process: it is the root,
+    and its run completes once it has ended and the spans are quiet."""
+    t0 = 1_000.0
+    server = span("y", parent="00000000000000cc", parent_remote=True)
+    child = span("y", parent=server.span_id, parent_remote=False)
+    await store.write_spans([child], received_at=t0)
+    assert await sweep(store, t0 + QUIET + 1) == {}  # the local root is still to come
+    await store.write_spans([server], received_at=t0 + 5)
+    assert await sweep(store, t0 + 5 + QUIET) == {run_id("y"): ("running", "complete")}
+    run = await store.get_run(run_id("y"))
+    assert run is not None and run.root_span_id == server.span_id and not run.unfinished
+
+
 async def test_run_whose_root_has_not_ended_stays_running(store: SpanStore) -> None:
     t0 = 1_000.0
     await write_run(store, "h", t0, ended=False)
@@ -250,28 +323,43 @@ async def test_database_applies_the_same_rules_as_decide(store: SpanStore) -> No
     the database) are exactly those `lifecycle.decide` moves, to the same status; then
     again for complete runs that a late span or a posted outcome changed."""
     t_new = time.time()
-    t_old = t_new - QUIET - 5
+    received = {
+        "new": t_new,
+        "quiet": t_new - QUIET - 5,  # before the quiet period
+        "gone": t_new - lifecycle.DEFAULT_UNFINISHED_AFTER_S - 5,  # before unfinished_after
+    }
     now = t_new + 1
     cases = list(
         itertools.product(
-            (True, False),  # quiet (last span received before the quiet period)
-            ("ended", "open", "orphans"),  # the root span
+            tuple(received),  # when the last span was received
+            # the root span; "local": orphans whose parent is in their process, and
+            # "recovered": the same with an error followed by a later span that ended well
+            ("ended", "open", "orphans", "local", "recovered"),
             (StatusCode.UNSET, StatusCode.ERROR),  # the root's status
             (None, "success", "failure"),  # outcome attribute on a span
             (None, "success", "failure"),  # posted outcome
         )
     )
     traces = {}
-    for n, (quiet, root_kind, root_status, attr_outcome, posted) in enumerate(cases):
+    for n, (age, root_kind, root_status, attr_outcome, posted) in enumerate(cases):
         trace = f"r{n:03d}"
         traces[trace] = posted
         attrs = {c.RUN_OUTCOME: attr_outcome} if attr_outcome else {}
-        if root_kind == "orphans":
-            spans = [span(trace, parent="00000000000000aa", attrs=attrs, status=root_status)]
+        orphan = "00000000000000aa"
+        if root_kind in ("orphans", "local"):
+            remote = None if root_kind == "orphans" else False
+            spans = [
+                span(trace, parent=orphan, attrs=attrs, status=root_status, parent_remote=remote)
+            ]
+        elif root_kind == "recovered":
+            spans = [
+                span(trace, parent=orphan, status=StatusCode.ERROR, parent_remote=False),
+                span(trace, parent=orphan, attrs=attrs, parent_remote=False),
+            ]
         else:
             root = span(trace, status=root_status, ended=root_kind == "ended")
             spans = [span(trace, parent=root.span_id, attrs=attrs), root]
-        await store.write_spans(spans, received_at=t_old if quiet else t_new)
+        await store.write_spans(spans, received_at=received[age])
         if posted is not None:
             await store.set_outcome(run_id(trace), posted)
 
@@ -294,7 +382,24 @@ async def test_database_applies_the_same_rules_as_decide(store: SpanStore) -> No
     first = await expected(now)
     assert len(first) > len(traces) / 3  # the grid covers both outcomes of the rules
     assert {to for _, to in first.values()} == {"complete", "failed"}
+    before = {trace: await store.get_run(run_id(trace)) for trace in traces}
     assert await sweep(store, now) == first
+    # Marked unfinished: exactly the runs failed for want of a root, nobody's verdict.
+    gone_since = int((now - lifecycle.DEFAULT_UNFINISHED_AFTER_S) * 1e9)
+    marked = 0
+    for run in before.values():
+        assert run is not None
+        after = await store.get_run(run.id)
+        assert after is not None
+        gave_up = (
+            run.id in first
+            and lifecycle.awaits_root(run)
+            and run.outcome is None
+            and run.last_span_received_at <= gone_since
+        )
+        assert after.unfinished == gave_up, run
+        marked += after.unfinished
+    assert marked > 0
 
     # Late news for finished runs: a failure verdict on a span, a posted failure, a
     # plain late span. Complete runs that now fail move; nothing else does.
@@ -361,7 +466,7 @@ async def test_a_backlog_larger_than_a_page_is_settled_in_one_sweep(store: SpanS
 
     async def counting(
         **kwargs: Any,
-    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[str]]:
+    ) -> tuple[int, list[tuple[str, RunStatus, RunStatus]], list[tuple[str, int | None]]]:
         seen, moved, pending = await settle_due(**kwargs)
         pages.append(seen)
         return seen, moved, pending

@@ -197,6 +197,24 @@ async def test_first_error_ignores_error_handling_code_and_falls_back_to_first_a
     assert result.confidence < 0.5
 
 
+async def test_first_error_blames_where_an_unfinished_run_stopped_when_nothing_else_shows() -> None:
+    """A run the sidecar gave up waiting for (its root span never arrived): with no error
+    and no figure to go by, the last acting step, after which the work stopped."""
+    run = trajectory(
+        ("human", StepKind.HUMAN, "Summarise the census."),
+        ("Researcher", StepKind.MESSAGE, "I look the population up."),
+        ("Writer", StepKind.MESSAGE, "I draft the summary from what was found."),
+        ("lookup", StepKind.TOOL, "ok"),
+    )
+    guess = await FirstError().attribute(run, OPTIONS)
+    assert guess.details["rule"] == "fallback-first-acting-step"
+    unfinished = run.model_copy(update={"metadata": {**run.metadata, "unfinished": True}})
+    result = await FirstError().attribute(unfinished, OPTIONS)
+    assert (result.agent, result.step) == ("Writer", 2)
+    assert result.details["rule"] == "unfinished-last-acting-step"
+    assert "never finished" in result.reason and result.confidence < 0.5
+
+
 async def test_first_error_ignores_error_words_quoted_from_the_task() -> None:
     task = "Find which of the listed files could not be found on the server and report it."
     run = trajectory(
