@@ -99,12 +99,15 @@ class LearnedAttributor:
         acting = [fact.acting for fact in features.scanner.facts]
         order, withheld_over = _withheld_first(order, evidence, steps, acting)
         overruled = withheld_over if withheld_over is not None else overruled
+        stopped = _where_it_stopped(trajectory, order, evidence, acting)
+        if stopped is not None:
+            order = [stopped, *(i for i in order if i != stopped)]
         top = order[0]
         answerable = answerable_agents(steps, trajectory.declared_roster)
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
         # model's temperature only shapes the step distribution for the conformal set.
         mass = agent_scores(answerable, softmax(scores, 1.0, mask))
-        if model.agent_rule == AgentRule.AGENT_MASS:
+        if model.agent_rule == AgentRule.AGENT_MASS and stopped is None:
             agent = max(mass, key=lambda name: mass[name])
         else:
             agent = answerable[top]
@@ -120,10 +123,12 @@ class LearnedAttributor:
         )
         if overruled is not None:
             explained = model.explain(rows, top, mask)
-        guess = not any(evidence[i] for i in order)
+        guess = stopped is None and not any(evidence[i] for i in order)
         confidence = min(1.0, max(0.0, probabilities[top]))
         if guess:
             confidence = min(confidence, 0.1)
+        elif stopped is not None:
+            confidence = min(confidence, 0.15)
         alpha = options.extra.get("alpha", 0.1)
         prediction_set = None
         conformal = self.model.conformal
@@ -133,7 +138,9 @@ class LearnedAttributor:
             method=self.name,
             agent=agent,
             step=top,
-            reason=_reason(top, steps[top].agent, evidence[top], guess, explained),
+            reason=_stopped_reason(top, steps[top].agent)
+            if stopped is not None
+            else _reason(top, steps[top].agent, evidence[top], guess, explained),
             confidence=confidence,
             candidates=candidates,
             prediction_set=prediction_set,
@@ -152,6 +159,7 @@ class LearnedAttributor:
                 "evidence": explained,
                 "why": [item.text for item in evidence[top]],
                 "guess": guess,
+                "stopped_after": stopped,
                 "overruled_step": overruled,
                 "step_probabilities": [round(p, 6) for p in probabilities],
             },
@@ -276,6 +284,28 @@ def _withheld_first(
             return [relay, *(i for i in order if i != relay)], top
         return order, None
     return order, None
+
+
+def _where_it_stopped(
+    trajectory: Trajectory,
+    order: Sequence[int],
+    evidence: Sequence[Sequence[Evidence]],
+    acting: Sequence[bool],
+) -> int | None:
+    """In a run that never finished (the sidecar gave up waiting for its root span:
+    metadata `unfinished`) where no step carries evidence, the last acting step: the
+    work stopped after it, which says more than any step's place in the run."""
+    if not trajectory.metadata.get("unfinished") or any(evidence[i] for i in order):
+        return None
+    return max((i for i in order if acting[i]), default=None)
+
+
+def _stopped_reason(top: int, agent: str) -> str:
+    return (
+        f"step {top} ({agent}): the run never finished, its work stopped after this step"
+        " (its root span never arrived: the process crashed, was killed or hung); no step"
+        " shows an error, a figure without support, a contradiction or a repetition"
+    )
 
 
 def _reason(

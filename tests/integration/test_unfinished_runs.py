@@ -99,14 +99,15 @@ def test_a_process_killed_mid_run_fails_its_run_as_unfinished(tmp_path: Path) ->
         assert "unfinished: its root span never arrived" in page
         assert "faultfinder_runs_unfinished 1.0" in client.get("/metrics").text
 
-        # No step shows an error: the rule-based answer is where the work stopped, and
-        # says why; not the guess of the first acting step.
-        deadline = time.monotonic() + 60
-        while not (first := attribution_by(client, run_id, "first_error")):
-            assert time.monotonic() < deadline, "first_error never answered"
-            time.sleep(0.2)
-        assert first["agent"] == "Writer", first
-        assert "never finished" in first["reason"], first
+        # No step shows an error: both default attributors blame where the work stopped,
+        # and say why; not the guess of the first acting step.
+        for method in ("learned", "first_error"):
+            deadline = time.monotonic() + 60
+            while not (answer := attribution_by(client, run_id, method)):
+                assert time.monotonic() < deadline, f"{method} never answered"
+                time.sleep(0.2)
+            assert (answer["agent"], answer["step"]) == ("Writer", 1), answer
+            assert "never finished" in answer["reason"], answer
 
 
 def request_continuing_a_trace() -> SpanRecorder:

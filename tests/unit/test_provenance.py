@@ -115,6 +115,26 @@ def test_without_any_evidence_the_learned_answer_says_it_is_a_guess() -> None:
     assert attribution.confidence <= 0.1
 
 
+def test_an_unfinished_run_without_evidence_is_blamed_where_its_work_stopped() -> None:
+    """The sidecar gave up waiting for the run's root span: the last acting step, not a
+    guess by place; evidence, where a step carries some, still leads."""
+    steps = (
+        ("user", H, "Summarise the meeting."),
+        ("Planner", M, "Plan: read the notes, then summarise."),
+        ("Writer", M, "The meeting agreed on the budget."),
+        ("notes", T, "ok"),
+    )
+    stopped = LearnedAttributor().attribute_now(
+        run(*steps, metadata={"unfinished": True}), AttributeOptions()
+    )
+    assert (stopped.agent, stopped.step) == ("Writer", 2)
+    assert "never finished" in stopped.reason and stopped.confidence <= 0.15
+    assert stopped.details["guess"] is False and stopped.details["stopped_after"] == 2
+    unfinished_census = CENSUS.model_copy(update={"metadata": {"unfinished": True}})
+    evidence = LearnedAttributor().attribute_now(unfinished_census, AttributeOptions())
+    assert (evidence.agent, evidence.step) == ("Researcher", 4)
+
+
 def test_first_error_falls_back_to_figures_before_guessing() -> None:
     attribution = asyncio.run(FirstError().attribute(CENSUS, AttributeOptions()))
     assert attribution.step == 4 and attribution.details["rule"] == "contradicts-report"
