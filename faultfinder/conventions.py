@@ -26,6 +26,9 @@ RUN_FRAMEWORK: Final = "faultfinder.run.framework"
 RUN_SIMULATED_USER: Final = "faultfinder.run.simulated_user"
 """`true` when the run's user is simulated and part of the system under test (an
 evaluation harness's user simulator, as in τ-bench): the user's turns may then be blamed."""
+RUN_USER_INSTRUCTION: Final = "faultfinder.run.user_instruction"
+"""The simulated user's own instructions (what it was told to want and to know; τ-bench's
+`instruction`): a user turn that withholds what they give it may then be blamed."""
 
 STEP_INDEX: Final = "faultfinder.step.index"
 """Explicit 0-based position of the step in its run; wins over time order."""

@@ -33,10 +33,12 @@ class Run(Scope):
         run_id: str | None = None,
         framework: str | None = None,
         simulated_user: bool = False,
+        user_instruction: str | None = None,
     ) -> None:
         super().__init__()
         self.task = task
         self.simulated_user = simulated_user
+        self.user_instruction = user_instruction
         self.ground_truth = ground_truth
         self.explicit_run_id = run_id
         self.framework = framework
@@ -57,6 +59,8 @@ class Run(Scope):
         attributes.update({key: value for key, value in optional.items() if value is not None})
         if self.simulated_user:
             attributes[c.RUN_SIMULATED_USER] = True
+            if self.user_instruction:
+                attributes[c.RUN_USER_INSTRUCTION] = self.user_instruction
         # A run is always the root of its own trace (the sidecar's unit of a run); an
         # enclosing span, e.g. the web request that started it, is kept as a link.
         enclosing = trace.get_current_span().get_span_context()
@@ -120,17 +124,21 @@ def run(
     run_id: str | None = None,
     framework: str | None = None,
     simulated_user: bool = False,
+    user_instruction: str | None = None,
 ) -> Run:
     """`with run(task=…) as r:` — record one run of the agent system (the root span).
 
     `simulated_user=True` says the user is simulated and part of the system under test
-    (an evaluation harness's user simulator): its turns may then be blamed."""
+    (an evaluation harness's user simulator): its turns may then be blamed;
+    `user_instruction`, the simulator's own instructions, lets a turn that withholds what
+    they give it (a user id it was told) be blamed on the user."""
     return Run(
         task,
         ground_truth=ground_truth,
         run_id=run_id,
         framework=framework,
         simulated_user=simulated_user,
+        user_instruction=user_instruction,
     )
 
 

@@ -48,7 +48,8 @@ Rules (pure, and independent of the order in which spans arrived):
 9. **A simulated user.** A run that says `faultfinder.run.simulated_user=true` (an
    evaluation harness's user simulator) declares its team: every author of a step other
    than a tool's report or a system prompt, the user included, so the user's turns may
-   be blamed.
+   be blamed; its `faultfinder.run.user_instruction`, the simulator's own instructions,
+   goes into the run's metadata (`user_instruction`).
 10. **A workflow's turn.** Among the steps of one workflow (sibling spans), an event
     naming the agent whose turn it is (LlamaIndex's `current_agent_name`, as OpenLLMetry
     records it: `MappedSpan.turn_of`) makes the later siblings naming no agent, and what

@@ -224,6 +224,9 @@ def _metadata(
     simulated = attribute(c.RUN_SIMULATED_USER)
     if simulated is not None and simulated.strip().lower() in ("true", "1", "yes"):
         metadata["simulated_user"] = True
+        instruction = attribute(c.RUN_USER_INSTRUCTION)
+        if instruction and instruction.strip():
+            metadata["user_instruction"] = instruction
     label = _label(root, ordered)
     if label:
         metadata["label"] = label

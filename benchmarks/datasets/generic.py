@@ -96,7 +96,7 @@ def _step_json(step: Step) -> dict[str, Any]:
     return out
 
 
-_TRAJECTORY_KEYS = ("framework", "roster", "simulated_user")
+_TRAJECTORY_KEYS = ("framework", "roster", "simulated_user", "user_instruction")
 """Trajectory metadata written at the top level of a line."""
 
 
@@ -211,6 +211,9 @@ def parse_record(fields: Fields) -> BenchmarkRecord:
         metadata["roster"] = roster
     if fields.has("simulated_user"):
         metadata["simulated_user"] = _boolean(fields, "simulated_user")
+    instruction = fields.optional_text("user_instruction")
+    if instruction:
+        metadata["user_instruction"] = instruction
     trajectory = Trajectory(
         run_id=fields.optional_string("run_id") or f"{dataset}/{record_id}",
         task=fields.optional_text("task"),

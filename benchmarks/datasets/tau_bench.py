@@ -17,6 +17,8 @@ turns and calls (`agent` "assistant") and each tool's reply (`tool`).
     python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --labels L.jsonl \
         --framework tau-bench-airline --out F.jsonl
     python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --packets DIR
+    python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --instructions F.jsonl \
+        --out G.jsonl
     python -m faultfinder.benchmarks.datasets.tau_bench --folded F.jsonl --out G.jsonl
     python -m faultfinder.benchmarks.datasets.tau_bench --who-and-when F.jsonl --out DIR
 """
@@ -41,6 +43,7 @@ __all__ = [
     "run_id",
     "steps_of",
     "who_and_when_layout",
+    "with_instruction",
     "write_lines",
 ]
 
@@ -129,6 +132,7 @@ def convert(
                 "framework": framework,
                 "task": next((s["content"] for s in steps if s["role"] == "user"), ""),
                 "simulated_user": True,
+                "user_instruction": _instruction(run),
                 "roster": [AGENT, "user"],
                 "steps": steps,
                 "label": {
@@ -146,6 +150,31 @@ def convert(
             }
         )
     return records
+
+
+def _instruction(run: Mapping[str, Any]) -> str | None:
+    """The simulated customer's hidden instruction (what it was told to want and know)."""
+    task = (run.get("info") or {}).get("task") or {}
+    instruction = task.get("instruction")
+    return instruction if isinstance(instruction, str) and instruction.strip() else None
+
+
+def with_instruction(
+    record: Mapping[str, Any], instructions: Mapping[str, str | None]
+) -> dict[str, Any]:
+    """`record` with its run's simulated-user instruction (`instructions` by run id)."""
+    details = record.get("details") or {}
+    rid = str(details.get("record") or record["id"])
+    instruction = instructions.get(rid)
+    if instruction is None:
+        raise DatasetError(f"{record['id']}: no τ-bench run {rid!r} with an instruction")
+    out = dict(record)
+    out.pop("user_instruction", None)
+    # Top-level fields keep their place; the instruction follows `simulated_user`.
+    keys = list(out)
+    at = keys.index("simulated_user") + 1 if "simulated_user" in keys else len(keys)
+    items = list(out.items())
+    return dict([*items[:at], ("user_instruction", instruction), *items[at:]])
 
 
 def folded(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,6 +223,11 @@ def who_and_when_layout(record: Mapping[str, Any]) -> dict[str, Any]:
         "question_ID": record["id"],
         "framework": record.get("framework"),
         "simulated_user": True,
+        **(
+            {"user_instruction": record["user_instruction"]}
+            if record.get("user_instruction")
+            else {}
+        ),
         "history": history,
         "mistake_agent": label["agent"],
         "mistake_step": str(label["step"]),
@@ -273,6 +307,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="write this generic file of τ-bench records in the folded layout to --out",
     )
     parser.add_argument(
+        "--instructions",
+        type=Path,
+        help="add each run's simulated-user instruction from RESULTS to this generic file of "
+        "τ-bench records (matched by run id; a record made from a run, such as a live copy, "
+        "names it in details.record) and write it to --out",
+    )
+    parser.add_argument(
         "--who-and-when",
         type=Path,
         help="write this generic file of τ-bench records as a folder of Who&When-format "
@@ -297,6 +338,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.results is None:
         parser.error("give a τ-bench results file, or --folded FILE --out OUT")
     results = json.loads(args.results.read_text(encoding="utf-8"))
+    if args.instructions:
+        by_run = {run_id(run, args.domain): _instruction(run) for run in results}
+        lines = args.instructions.read_text(encoding="utf-8").splitlines()
+        records = [with_instruction(json.loads(line), by_run) for line in lines if line.strip()]
+        write_lines(records, args.out)
+        print(f"{len(records)} records with the user's instruction → {args.out}")
+        return
     if args.packets:
         written = packets(results, args.domain, args.packets)
         print(f"{len(written)} packets in {args.packets}")

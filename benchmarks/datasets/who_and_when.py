@@ -218,6 +218,7 @@ def _load(
     if level is not None and (isinstance(level, bool) or not isinstance(level, str | int)):
         raise fields.error("level", f"must be a string or an integer, got {type_name(level)}")
     roster = _roster(steps, simulated_user=fields.data.get("simulated_user") is True)
+    instruction = fields.optional_text("user_instruction")
     trajectory = Trajectory(
         run_id=f"{dataset}/{record_id}",
         task=fields.string("question"),
@@ -231,6 +232,8 @@ def _load(
             "level": level,
             **({"framework": framework} if framework else {}),
             **({"roster": roster} if roster else {}),
+            **({"simulated_user": True} if fields.data.get("simulated_user") is True else {}),
+            **({"user_instruction": instruction} if instruction else {}),
         },
     )
     return BenchmarkRecord(dataset, subset, record_id, trajectory, gold)

@@ -22,6 +22,7 @@ from faultfinder.benchmarks.datasets import (
     load_dataset,
     write_records,
 )
+from faultfinder.benchmarks.datasets.generic import record_json
 
 
 def line(**fields: Any) -> dict[str, Any]:
@@ -90,6 +91,14 @@ def test_a_simulated_user_joins_the_roster(tmp_path: Path) -> None:
     assert records[0].trajectory.metadata["simulated_user"] is True
 
 
+def test_a_simulated_users_instruction_is_read_and_written_back(tmp_path: Path) -> None:
+    told = "You are ann_lee_1234. Exchange your keyboard for the red one."
+    path = write_lines(tmp_path / "d.jsonl", line(simulated_user=True, user_instruction=told))
+    (record,) = load_dataset(str(path))
+    assert record.trajectory.metadata["user_instruction"] == told
+    assert record_json(record)["user_instruction"] == told
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -102,6 +111,7 @@ def test_a_simulated_user_joins_the_roster(tmp_path: Path) -> None:
         ({"steps": [{"role": "agent", "content": "x"}]}, "field 'steps[0].agent' is missing"),
         ({"roster": ["A", 3]}, "field 'roster[1]' must be a non-empty string"),
         ({"simulated_user": "yes"}, "field 'simulated_user' must be true or false"),
+        ({"user_instruction": ["x"]}, "field 'user_instruction' must be"),
     ],
 )
 def test_a_bad_line_is_named_by_file_line_and_field(

@@ -153,6 +153,34 @@ def test_the_who_and_when_layout_reads_back_as_the_same_calls_reports_and_label(
     assert (read.gold.agent, read.gold.step) == (expected.gold.agent, expected.gold.step)
     # The system prompt is nobody in the team.
     assert set(read.trajectory.declared_roster) == set(expected.trajectory.declared_roster)
+    # The customer's hidden instruction travels with the run in both layouts.
+    instruction = "You are ann_1. Cancel reservation AB12."
+    assert expected.trajectory.metadata["user_instruction"] == instruction
+    assert read.trajectory.metadata["user_instruction"] == instruction
+
+
+def test_a_file_made_before_the_instruction_was_written_gets_it_by_run_id(
+    tmp_path: Path,
+) -> None:
+    """`--instructions` adds each run's instruction to an older file, a live copy (named
+    after its run in `details.record`) included, and changes nothing else."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([a_run(7, 0.0)]))
+    (record,) = convert([a_run(7, 0.0)], {LABEL["id"]: LABEL}, domain="airline", framework="t")
+    older = {key: value for key, value in record.items() if key != "user_instruction"}
+    live = dict(older, id=f"{LABEL['id']}/live", details={"record": LABEL["id"]})
+    stray = dict(older, id="tau-airline-99-t0")
+    given = tmp_path / "older.jsonl"
+    given.write_text("".join(json.dumps(line) + "\n" for line in (older, live)))
+    out = tmp_path / "with.jsonl"
+    main([str(results), "--instructions", str(given), "--out", str(out)])
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert written[0] == record
+    assert [line["user_instruction"] for line in written] == [record["user_instruction"]] * 2
+    assert {k: v for k, v in written[1].items() if k != "user_instruction"} == live
+    given.write_text(json.dumps(stray) + "\n")
+    with pytest.raises(DatasetError, match="no τ-bench run 'tau-airline-99-t0'"):
+        main([str(results), "--instructions", str(given), "--out", str(out)])
 
 
 def test_a_turn_that_only_mentions_a_call_is_not_taken_for_one(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 a recorded τ-bench conversation cut into the customer's turns and the assistant's messages,
 the scripted OpenAI-compatible chat-completions server that serves those messages in order
 (not a model), the recorded tool reports, and the span processor that marks each run as
-one with a simulated user and remembers its trace id.
+one with a simulated user (and its instructions) and remembers its trace id.
 
 Input records are generic labelled records (`faultfinder.labelled-trajectory/1`, τ-bench
 layout: a system step, user turns, an assistant step per tool call, each tool's report a
@@ -41,6 +41,9 @@ SIMULATED_USER = "faultfinder.run.simulated_user"
 """Said on the run's root span: the customer is part of the system under test
 (`faultfinder.conventions.RUN_SIMULATED_USER`, spelled out: a framework's environment holds
 no faultfinder code)."""
+USER_INSTRUCTION = "faultfinder.run.user_instruction"
+"""Said on the run's root span: the simulated customer's own instructions, when the record
+carries them (`faultfinder.conventions.RUN_USER_INSTRUCTION`)."""
 
 
 @dataclass
@@ -189,14 +192,19 @@ class Scripted:
 
 
 class Traces(SpanProcessor):
-    """Marks each root span as a run with a simulated user and remembers its trace id."""
+    """Marks each root span as a run with a simulated user (with the customer's own
+    instructions, `instruction`, when the record being replayed has them) and remembers
+    its trace id."""
 
     def __init__(self) -> None:
         self.trace_ids: list[str] = []
+        self.instruction: str | None = None
 
     def on_start(self, span: Span, parent_context: Any = None) -> None:
         if span.parent is None:
             span.set_attribute(SIMULATED_USER, True)
+            if self.instruction:
+                span.set_attribute(USER_INSTRUCTION, self.instruction)
             self.trace_ids.append(format(span.context.trace_id, "032x"))
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -296,6 +304,7 @@ def main(
     async def every_record(base_url: str) -> None:
         for number, record in enumerate(records, 1):
             before = len(traces.trace_ids)
+            traces.instruction = record.get("user_instruction")
             line = await replay(record, scripted, base_url)
             line["trace_ids"] = traces.trace_ids[before:]
             print(json.dumps(line), flush=True)
