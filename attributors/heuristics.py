@@ -24,6 +24,7 @@ from faultfinder.attributors.model import (
     normalise_agent,
 )
 from faultfinder.attributors.provenance import Provenance
+from faultfinder.attributors.simulated_user import UserWithheld, withheld_by_user
 
 __all__ = [
     "ErrorSignal",
@@ -317,6 +318,39 @@ def _without_error(
     )
 
 
+def _answerable_signals(
+    trajectory: Trajectory, own: Sequence[bool], withheld: UserWithheld | None
+) -> tuple[dict[int, tuple[ErrorSignal, int]], tuple[int, ErrorSignal, int] | None]:
+    """For each step answerable for an error signal, the strongest one and where it shows;
+    and the run's first signal (answerable step, signal, where it shows)."""
+    answerable: dict[int, tuple[ErrorSignal, int]] = {}
+    first: tuple[int, ErrorSignal, int] | None = None
+    for step in trajectory.steps:
+        owned = _owned_signal(trajectory, own, withheld, step)
+        if owned is None:
+            continue
+        owner, signal = owned
+        if owner not in answerable or answerable[owner][0].strength < signal.strength:
+            answerable[owner] = (signal, step.index)
+        if first is None:
+            first = (owner, signal, step.index)
+    return answerable, first
+
+
+def _owned_signal(
+    trajectory: Trajectory, own: Sequence[bool], withheld: UserWithheld | None, step: Step
+) -> tuple[int, ErrorSignal] | None:
+    """The strongest error signal step `step` shows and the step answerable for it."""
+    if withheld is not None and step.index == withheld.step:
+        # A simulated user's own doing: its turn, not the agent's before it.
+        return step.index, ErrorSignal("withheld by the simulated user", 1.0, withheld.excerpt)
+    signals = error_signals(step, trajectory.task)
+    if not signals:
+        return None
+    owner = _responsible_step(trajectory.steps, own, step.index)
+    return None if owner is None else (owner, signals[0])
+
+
 @register("first_error")
 class FirstError:
     """Blame the first step whose content shows an error, moved back to the acting agent.
@@ -331,6 +365,9 @@ class FirstError:
     * If that step is output of a tool, terminal or human, the blame moves to the
       nearest earlier acting step (message/LLM/handoff of a non-tool agent). Signals
       before the first acting step have no one to blame and are skipped.
+    * A simulated user's turn that withheld an identifier its instructions give it, when
+      the run never came by it afterwards (`simulated_user.withheld_by_user`), is a
+      signal of its own, blamed on the user.
     * When no step shows an error, the evidence of figures (`provenance`): the first
       agent step that answers a tool's report with a figure of its own, repeating none of
       the report's; else the first that states a figure no observation supports; else, in
@@ -357,23 +394,14 @@ class FirstError:
         if not acting:
             return Attribution.failed(self.name, "the trajectory has no acting agent step")
 
-        # For each acting step, the strongest signal it is answerable for.
-        answerable: dict[int, tuple[ErrorSignal, int]] = {}
-        first: tuple[int, ErrorSignal, int] | None = None
-        for step in trajectory.steps:
-            signals = error_signals(step, trajectory.task)
-            if not signals:
-                continue
-            owner = _responsible_step(trajectory.steps, own, step.index)
-            if owner is None:
-                continue
-            strongest = signals[0]
-            if owner not in answerable or answerable[owner][0].strength < strongest.strength:
-                answerable[owner] = (strongest, step.index)
-            if first is None:
-                first = (owner, strongest, step.index)
-
-        if first is not None:
+        withheld = withheld_by_user(trajectory)
+        answerable, first = _answerable_signals(trajectory, own, withheld)
+        if first is not None and withheld is not None and first[0] == withheld.step:
+            blamed = withheld.step
+            reason = withheld.text()
+            confidence = 0.5
+            rule = "user-withheld"
+        elif first is not None:
             blamed, signal, seen_at = first
             where = "its own step" if seen_at == blamed else f"step {seen_at}"
             reason = f"first error signal ({signal.label}) appears in {where}"
@@ -384,7 +412,8 @@ class FirstError:
         else:
             blamed, reason, confidence, rule = _without_error(trajectory, acting[0], acting[-1])
 
-        candidates = self._rank(trajectory, acting, answerable, blamed)
+        ranked = acting if blamed in acting else sorted([*acting, blamed])
+        candidates = self._rank(trajectory, ranked, answerable, blamed)
         return Attribution(
             method=self.name,
             agent=trajectory.steps[blamed].agent,

@@ -19,12 +19,14 @@ from faultfinder.attributors.learned.blame import (
     softmax,
 )
 from faultfinder.attributors.learned.evidence import (
+    CUES,
     DECISIVE,
     DECISIVE_STRENGTH,
     HANDED_ON,
     HANDED_ON_NOTHING,
     RELAYED,
     STRONG,
+    USER_WITHHELD,
     Evidence,
     is_tool_answer,
     step_evidence,
@@ -107,7 +109,8 @@ class LearnedAttributor:
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
         # model's temperature only shapes the step distribution for the conformal set.
         mass = agent_scores(answerable, softmax(scores, 1.0, mask))
-        if model.agent_rule == AgentRule.AGENT_MASS and stopped is None:
+        withheld = any(item.kind in USER_WITHHELD for item in evidence[top])
+        if model.agent_rule == AgentRule.AGENT_MASS and stopped is None and not withheld:
             agent = max(mass, key=lambda name: mass[name])
         else:
             agent = answerable[top]
@@ -240,11 +243,16 @@ def _evidence_first(
     team's own labels, say) stands, except against `DECISIVE` evidence, which the run's
     own data proves: it leads over a top step with no evidence of its own, and an earlier
     step carrying it leads over a top step whose own evidence is weaker (what the later
-    step got wrong began where the run's own records were first misstated)."""
+    step got wrong began where the run's own records were first misstated). A simulated
+    user's turn that withheld what its instructions give it (`USER_WITHHELD`) leads over
+    a top step, before it or after it, whose only evidence is a cue (`CUES`)."""
     top = order[0]
     # A figure-less handover is weighed by `_withheld_first`, not as the step's own.
     own = [item for item in evidence[top] if item.kind not in RELAYED | HANDED_ON_NOTHING]
     proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
+    withheld = [i for i in proven if any(item.kind in USER_WITHHELD for item in evidence[i])]
+    if withheld and withheld[0] != top and all(item.kind in CUES for item in own):
+        return [withheld[0], *(i for i in order if i != withheld[0])], top
     if not own and proven:
         return [proven[0], *(i for i in order if i != proven[0])], top
     earlier = [i for i in proven if i < top]

@@ -8,7 +8,8 @@ call whose answer it already has, a turn that passes on none of the figures its 
 tools just returned, an opening turn that leaves the run to others before anything was
 looked up, a superlative ("the cheapest is X") that the records a tool returned
 contradict or a figure of one record given to another, repetition, invented data, giving
-up.
+up; a simulated user's turn withholding an identifier its instructions give it
+(`simulated_user`).
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -27,14 +28,17 @@ from faultfinder.attributors.heuristics import error_signals
 from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.attributors.provenance import tool_calls
+from faultfinder.attributors.simulated_user import withheld_by_user
 
 __all__ = [
+    "CUES",
     "DECISIVE",
     "DECISIVE_STRENGTH",
     "HANDED_ON",
     "HANDED_ON_NOTHING",
     "RELAYED",
     "STRONG",
+    "USER_WITHHELD",
     "Evidence",
     "is_tool_answer",
     "step_evidence",
@@ -47,12 +51,18 @@ STRONG = 0.6
 _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
 
-DECISIVE = frozenset({"contradicts-records", "misattributed-figure"})
-"""Evidence the run's own data proves: a step carrying it leads over a step that carries
-no evidence, whatever the model's features say of that step, and over a later step whose
-evidence is weaker (`DECISIVE_STRENGTH`)."""
+DECISIVE = frozenset({"contradicts-records", "misattributed-figure", "user-withheld"})
+"""Evidence the run's own data proves (for a simulated user that withheld what its
+instructions gave it, the run's data and those instructions together): a step carrying it
+leads over a step that carries no evidence, whatever the model's features say of that
+step, and over a later step whose evidence is weaker (`DECISIVE_STRENGTH`)."""
 DECISIVE_STRENGTH = 0.9
 """The strength of `DECISIVE` evidence."""
+
+USER_WITHHELD = frozenset({"user-withheld"})
+"""A simulated user's turn withholding what its instructions give it (`DECISIVE`): it
+also leads over an earlier step whose only evidence is a cue (`CUES`: an apology, a
+repetition), though not over one that shows an error or a figure of its own."""
 
 RELAYED = frozenset({"repeats-unsupported-figure"})
 """Evidence that a step passed on someone else's error: it points at the origin."""
@@ -122,12 +132,28 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
                 if error.step != i:
                     # The report shows the error too (it answers to the agent that acted).
                     found[i].append(Evidence(i, "shows-error", error.strength, error.text))
-    handed = _handed_on_nothing(trajectory, features, found)
-    if handed is not None:
-        found[handed.step].append(handed)
+    for item in _whole_run_evidence(trajectory, features, found):
+        found[item.step].append(item)
     for items in found:
         items.sort(key=lambda item: -item.strength)
     return found
+
+
+def _whole_run_evidence(
+    trajectory: Trajectory, features: RunFeatures, found: Sequence[Sequence[Evidence]]
+) -> list[Evidence]:
+    """Evidence only the whole run shows: a figure-less opening handover
+    (`_handed_on_nothing`) and a simulated user's turn withholding what its instructions
+    give it (`USER_WITHHELD`)."""
+    out: list[Evidence] = []
+    handed = _handed_on_nothing(trajectory, features, found)
+    if handed is not None:
+        out.append(handed)
+    withheld = withheld_by_user(trajectory)
+    if withheld is not None:
+        text = withheld.text()
+        out.append(Evidence(withheld.step, "user-withheld", DECISIVE_STRENGTH, text))
+    return out
 
 
 _MADE_UP = frozenset(
@@ -286,6 +312,8 @@ _CUES = (
     ("apology", "gave-up", 0.3, "{agent} apologised or said it could not go on"),
     ("criticised_next", "criticised", 0.45, "the next agent to speak called {agent}'s step wrong"),
 )
+CUES = frozenset({*(kind for _, kind, _, _ in _CUES), "repetition"})
+"""The weak cues a step's words give (`_cue_evidence`), as opposed to what it shows."""
 
 
 def _cue_evidence(agent: str, row: dict[str, float], i: int) -> list[Evidence]:

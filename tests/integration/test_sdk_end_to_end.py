@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from faultfinder.sdk import AuthError, Client, NotFoundError
+from faultfinder.sdk import Attribution, AuthError, Client, NotFoundError
 from tests.integration.sidecar import Sidecar, quick_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,3 +212,60 @@ def test_a_simulated_customer_is_one_of_the_team_and_its_turns_may_be_blamed(
     probabilities = learned.details["step_probabilities"]
     human = [p for p, kind in zip(probabilities, kinds, strict=True) if kind == "human"]
     assert len(human) == 3 and all(p > 0 for p in human), human
+
+
+WITHHELD = """
+from faultfinder.sdk import agent_step, configure, message, run, shutdown
+
+configure(service_name="help-desk", project="talks")
+instruction = {instruction!r}
+with run(task="Hi, my flight was delayed.", simulated_user=True,
+         user_instruction=instruction) as r:
+    message("customer", "Hi, my flight was delayed and I want compensation.", role="user")
+    with agent_step("Agent") as agent:
+        agent.say("Sorry to hear that. What is your user id?")
+    message("customer", "I don't have my user ID with me right now.", role="user")
+    with agent_step("Agent") as agent:
+        agent.say("I need your user id to look up your booking; please come back with it.")
+    message("customer", "Okay, bye.", role="user")
+    r.fail("no certificate was sent")
+shutdown()
+print(r.run_id)
+"""
+
+
+def both_defaults(client: Client, run_id: str) -> dict[str, Attribution]:
+    """The run's answers of the two default attributors, once both have answered (the run
+    is `attributed` as soon as the first does)."""
+    deadline = time.monotonic() + 60
+    while True:
+        answers = {a.method: a for a in client.attributions(run_id) if a.ok}
+        if {"learned", "first_error"} <= set(answers):
+            return answers
+        assert time.monotonic() < deadline, f"only {sorted(answers)} answered"
+        time.sleep(0.1)
+
+
+def test_a_simulated_customer_withholding_what_its_instructions_give_it_is_blamed(
+    sidecar: Sidecar,
+) -> None:
+    """With the simulator's own instructions on the run (`user_instruction`), the
+    customer's turn that says it has no user id, which its instructions give it, is the
+    decisive step for both zero-LLM attributors, and the reason names the id; without
+    them, nothing tells that turn apart and neither blames it."""
+    told = "You are ana_lima_4412 and your flight was delayed. Ask for compensation."
+    with Client(sidecar.url, API_KEY) as client:
+        run_id = run_python(sidecar, "-c", WITHHELD.format(instruction=told)).split()[-1]
+        got = client.wait_for_run(run_id, "attributed", timeout=60, poll_interval=0.1)
+        assert got.trajectory.metadata["user_instruction"] == told
+        withheld = [step.index for step in got.trajectory.steps if "don't have" in step.content]
+        for method, attribution in both_defaults(client, run_id).items():
+            assert (attribution.agent, attribution.step) == ("customer", withheld[0]), method
+            assert "ana_lima_4412" in attribution.reason, attribution.reason
+
+        plain = WITHHELD.replace("user_instruction=instruction", "user_instruction=None")
+        run_id = run_python(sidecar, "-c", plain.format(instruction=told)).split()[-1]
+        got = client.wait_for_run(run_id, "attributed", timeout=60, poll_interval=0.1)
+        assert "user_instruction" not in got.trajectory.metadata
+        for method, attribution in both_defaults(client, run_id).items():
+            assert attribution.agent == "Agent", (method, attribution.reason)
