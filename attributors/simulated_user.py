@@ -24,14 +24,15 @@ from faultfinder.attributors.model import Step, StepKind, Trajectory
 __all__ = ["UserWithheld", "user_instruction", "withheld_by_user"]
 
 _DENIAL = re.compile(
-    r"\b(?:don't|dont|do not|doesn't|does not|can't|cant|cannot|can not|couldn't|could not"
-    r"|no longer|unable to|not able to)\b"
+    r"(?:\b(?:don't|dont|do not|doesn't|does not|can't|cant|cannot|can not|couldn't"
+    r"|could not|no longer|unable to|not able to)\b"
     r"[^.?!\n]{0,30}?\b(?:have|know|remember|recall|find|locate|access|got)\b"
+    r"|\b(?:forgot|forgotten|lost|misplaced)\b)"
     r"(?P<what>[^.?!\n]{0,50})",
     re.IGNORECASE,
 )
-"""A turn saying its speaker does not have, know or remember something; `what` is the
-rest of the clause, where the thing is named."""
+"""A turn saying its speaker does not have, know or remember something, or forgot or lost
+it; `what` is the rest of the clause, where the thing is named."""
 _NOT_DENIAL_AFTER = re.compile(r"^\s*(?:any )?(?:other|another|more|further|anything else)\b")
 """`don't have any other questions`, `don't know another way`: no identifier is denied."""
 

@@ -59,6 +59,42 @@ def test_the_turn_that_withholds_the_id_is_found_and_named() -> None:
     assert "ethan_martin_2396" in found.text() and "don't have my user ID" in found.text()
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        "I forgot my user id, sorry.",
+        "I\u2019ve lost my user ID.",
+        "I can't remember my username.",
+        "I do not recall my user id at the moment.",
+    ],
+)
+def test_other_ways_of_saying_it(said: str) -> None:
+    assert withheld_by_user(chat(OPENING, ASK, ("user", H, said), GIVE_UP)) is not None
+
+
+def test_an_email_and_an_order_number_are_identifiers_too() -> None:
+    told = "You are Yusuf Rossi, email yusuf.rossi@example.com. Return order #W2378156."
+    email = chat(
+        OPENING,
+        ("assistant", M, "Could you give me your email address?"),
+        ("user", H, "I don't remember my email, sorry."),
+        GIVE_UP,
+        instruction=told,
+    )
+    order = chat(
+        OPENING,
+        ("assistant", M, "What is the order number?"),
+        ("user", H, "I don't have the order number handy."),
+        GIVE_UP,
+        instruction=told,
+    )
+    found = [withheld_by_user(email), withheld_by_user(order)]
+    assert [(f.kind, f.value) if f else None for f in found] == [
+        ("email address", "yusuf.rossi@example.com"),
+        ("reservation or order number", "W2378156"),
+    ]
+
+
 def test_a_pronoun_means_what_the_agent_just_asked_for() -> None:
     those = chat(OPENING, ASK, ("user", H, "Sorry, I don't have that with me."), GIVE_UP)
     assert withheld_by_user(those) is not None
