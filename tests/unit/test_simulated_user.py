@@ -72,27 +72,27 @@ def test_other_ways_of_saying_it(said: str) -> None:
     assert withheld_by_user(chat(OPENING, ASK, ("user", H, said), GIVE_UP)) is not None
 
 
-def test_an_email_and_an_order_number_are_identifiers_too() -> None:
-    told = "You are Yusuf Rossi, email yusuf.rossi@example.com. Return order #W2378156."
-    email = chat(
-        OPENING,
-        ("assistant", M, "Could you give me your email address?"),
-        ("user", H, "I don't remember my email, sorry."),
-        GIVE_UP,
+@pytest.mark.parametrize(
+    ("asked", "said", "found"),
+    [
+        ("your email address?", "I don't remember my email.", ("email address", "y.r@example.com")),
+        (
+            "the order number?",
+            "I don't have the order number.",
+            ("reservation or order number", "W2378156"),
+        ),
+    ],
+)
+def test_an_email_and_an_order_number_are_identifiers_too(
+    asked: str, said: str, found: tuple[str, str]
+) -> None:
+    told = "You are Yusuf Rossi, email y.r@example.com. Return order #W2378156."
+    trajectory = chat(
+        OPENING, ("assistant", M, f"Could you give me {asked}"), ("user", H, said), GIVE_UP,
         instruction=told,
-    )
-    order = chat(
-        OPENING,
-        ("assistant", M, "What is the order number?"),
-        ("user", H, "I don't have the order number handy."),
-        GIVE_UP,
-        instruction=told,
-    )
-    found = [withheld_by_user(email), withheld_by_user(order)]
-    assert [(f.kind, f.value) if f else None for f in found] == [
-        ("email address", "yusuf.rossi@example.com"),
-        ("reservation or order number", "W2378156"),
-    ]
+    )  # fmt: skip
+    withheld = withheld_by_user(trajectory)
+    assert withheld is not None and (withheld.kind, withheld.value) == found
 
 
 def test_a_pronoun_means_what_the_agent_just_asked_for() -> None:
