@@ -396,12 +396,7 @@ class FirstError:
 
         withheld = withheld_by_user(trajectory)
         answerable, first = _answerable_signals(trajectory, own, withheld)
-        if first is not None and withheld is not None and first[0] == withheld.step:
-            blamed = withheld.step
-            reason = withheld.text()
-            confidence = 0.5
-            rule = "user-withheld"
-        elif first is not None:
+        if first is not None:
             blamed, signal, seen_at = first
             where = "its own step" if seen_at == blamed else f"step {seen_at}"
             reason = f"first error signal ({signal.label}) appears in {where}"
@@ -409,6 +404,8 @@ class FirstError:
                 reason += f": {signal.excerpt!r}"
             confidence = 0.5 * signal.strength
             rule = "first-error"
+            if withheld is not None and blamed == withheld.step:
+                reason, rule = withheld.text(), "user-withheld"
         else:
             blamed, reason, confidence, rule = _without_error(trajectory, acting[0], acting[-1])
 

@@ -52,18 +52,30 @@ _PRONOUN = re.compile(
     r"^\s*(?:any of |either of |both of )?(?:those|these|them|it|that|either|both)\b"
 )
 
-_VALUES: dict[str, re.Pattern[str]] = {
-    "user id": re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)*_\d{2,}\b"),
-    "email address": re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"),
-    "reservation or order number": re.compile(
-        r"\b(?:reservation|booking|confirmation|order)s?(?: (?:id|number|code))?(?: is)?"
-        r"[\s:#]{1,3}#?(?P<value>(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,12})\b",
-        re.IGNORECASE,
+_CODE = r"#?(?P<value>(?-i:[A-Z0-9][A-Z0-9-]{4,19})(?![\w-])|(?=[\w-]*\d)[\w-]{3,40}(?![\w-]))"
+"""An identifier as written right after the word for it: capitals and digits (`HXDUBJ`,
+`W2378156`, `U-4821`) or any token with a digit in it (`1234567`, `cust_8841`)."""
+_VALUES: dict[str, tuple[re.Pattern[str], ...]] = {
+    "user id": (
+        re.compile(r"(?P<value>\b[a-z][a-z0-9]*(?:_[a-z0-9]+)*_\d{2,}\b)"),
+        re.compile(
+            r"\b(?:user|customer|account|member)(?: ?id| ?name| number)(?: is)?[\s:#]{1,3}" + _CODE,
+            re.IGNORECASE,
+        ),
+    ),
+    "email address": (re.compile(r"(?P<value>\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b)"),),
+    "reservation or order number": (
+        re.compile(
+            r"\b(?:reservation|booking|confirmation|order)s?(?: (?:id|number|code))?(?: is)?"
+            r"[\s:#]{1,3}" + _CODE,
+            re.IGNORECASE,
+        ),
     ),
 }
-"""How the instructions write each kind of identifier: a user id like `ethan_martin_2396`,
-an email address, or a code of letters and digits right after the word for it
-("reservation HXDUBJ", "order #W2378156")."""
+"""How the instructions write each kind of identifier: a user id like `ethan_martin_2396`
+or one right after the words for it ("customer id U-4821"), an email address, or a
+reservation or order code right after the word for it ("reservation HXDUBJ", "order
+#W2378156")."""
 
 _TOLD_NOT_TO_KNOW = re.compile(
     r"\b(?:don't|do not|does not|doesn't|not|never|cannot|can't|forgot|forget|lost)\b"
@@ -139,9 +151,9 @@ def _text(step: Step) -> str:
 
 
 def _values(kind: str, instruction: str) -> list[str]:
-    pattern = _VALUES[kind]
-    values = [match.group("value") if "value" in pattern.groupindex else match.group(0)
-              for match in pattern.finditer(instruction)]  # fmt: skip
+    values = [
+        match.group("value") for pattern in _VALUES[kind] for match in pattern.finditer(instruction)
+    ]
     return list(dict.fromkeys(values))
 
 

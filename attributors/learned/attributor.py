@@ -109,8 +109,9 @@ class LearnedAttributor:
         # The agent rule was chosen on the scores' plain softmax (temperature 1); the
         # model's temperature only shapes the step distribution for the conformal set.
         mass = agent_scores(answerable, softmax(scores, 1.0, mask))
-        withheld = any(item.kind in USER_WITHHELD for item in evidence[top])
-        if model.agent_rule == AgentRule.AGENT_MASS and stopped is None and not withheld:
+        # A step promoted by what it shows about one participant answers for that one.
+        users_own = any(item.kind in USER_WITHHELD for item in evidence[top])
+        if model.agent_rule == AgentRule.AGENT_MASS and stopped is None and not users_own:
             agent = max(mass, key=lambda name: mass[name])
         else:
             agent = answerable[top]
@@ -250,9 +251,9 @@ def _evidence_first(
     # A figure-less handover is weighed by `_withheld_first`, not as the step's own.
     own = [item for item in evidence[top] if item.kind not in RELAYED | HANDED_ON_NOTHING]
     proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
-    withheld = [i for i in proven if any(item.kind in USER_WITHHELD for item in evidence[i])]
-    if withheld and withheld[0] != top and all(item.kind in CUES for item in own):
-        return [withheld[0], *(i for i in order if i != withheld[0])], top
+    by_user = [i for i in proven if any(item.kind in USER_WITHHELD for item in evidence[i])]
+    if by_user and by_user[0] != top and all(item.kind in CUES for item in own):
+        return [by_user[0], *(i for i in order if i != by_user[0])], top
     if not own and proven:
         return [proven[0], *(i for i in order if i != proven[0])], top
     earlier = [i for i in proven if i < top]

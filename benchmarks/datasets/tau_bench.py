@@ -168,13 +168,7 @@ def with_instruction(
     instruction = instructions.get(rid)
     if instruction is None:
         raise DatasetError(f"{record['id']}: no τ-bench run {rid!r} with an instruction")
-    out = dict(record)
-    out.pop("user_instruction", None)
-    # Top-level fields keep their place; the instruction follows `simulated_user`.
-    keys = list(out)
-    at = keys.index("simulated_user") + 1 if "simulated_user" in keys else len(keys)
-    items = list(out.items())
-    return dict([*items[:at], ("user_instruction", instruction), *items[at:]])
+    return {**record, "user_instruction": instruction}
 
 
 def folded(record: Mapping[str, Any]) -> dict[str, Any]:

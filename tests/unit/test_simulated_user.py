@@ -73,20 +73,37 @@ def test_other_ways_of_saying_it(said: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("asked", "said", "found"),
+    ("told", "asked", "said", "found"),
     [
-        ("your email address?", "I don't remember my email.", ("email address", "y.r@example.com")),
         (
+            "You are Yusuf Rossi, email y.r@example.com. Return the keyboard.",
+            "your email address?",
+            "I don't remember my email.",
+            ("email address", "y.r@example.com"),
+        ),
+        (
+            "You want to return order #W2378156 as soon as you can (order ASAP).",
             "the order number?",
             "I don't have the order number.",
             ("reservation or order number", "W2378156"),
         ),
+        (
+            "You want to cancel reservation HXDUBJ.",
+            "the reservation id?",
+            "I don't have my reservation ID here.",
+            ("reservation or order number", "HXDUBJ"),
+        ),
+        (
+            "Your customer id is U-4821 and your parcel is late.",
+            "your customer id?",
+            "I can't find my customer ID.",
+            ("user id", "U-4821"),
+        ),
     ],
 )
-def test_an_email_and_an_order_number_are_identifiers_too(
-    asked: str, said: str, found: tuple[str, str]
+def test_identifiers_as_other_harnesses_write_them(
+    told: str, asked: str, said: str, found: tuple[str, str]
 ) -> None:
-    told = "You are Yusuf Rossi, email y.r@example.com. Return order #W2378156."
     trajectory = chat(
         OPENING, ("assistant", M, f"Could you give me {asked}"), ("user", H, said), GIVE_UP,
         instruction=told,
