@@ -35,12 +35,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from faultfinder.server.otlp.model import SpanRecord, StatusCode
+from faultfinder.server.settings import DEFAULT_UNFINISHED_AFTER_S
 from faultfinder.server.store import RunOutcome, RunRow, RunStatus, SpanStore
 
-__all__ = ["RunTransition", "awaits_root", "decide", "is_failure", "sweep", "work_failed"]
-
-DEFAULT_UNFINISHED_AFTER_S = 300.0
-"""The `unfinished_after` setting's default (seconds)."""
+__all__ = [
+    "DEFAULT_UNFINISHED_AFTER_S",
+    "RunTransition",
+    "awaits_root",
+    "decide",
+    "is_failure",
+    "sweep",
+    "work_failed",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,10 @@ CommaList = Annotated[list[str], NoDecode]
 """A list given in the environment as comma-separated values."""
 
 
+DEFAULT_UNFINISHED_AFTER_S = 300.0
+"""The `unfinished_after` setting's default (seconds); the lifecycle's too."""
+
+
 class SettingsError(ValueError):
     """A setting has an invalid value; the message names the setting and its variable."""
 
@@ -59,7 +63,7 @@ class Settings(BaseSettings):
         description="Seconds without new spans after the root span ended before a run is complete.",
     )
     unfinished_after: float = Field(
-        default=300.0,
+        default=DEFAULT_UNFINISHED_AFTER_S,
         ge=0,
         description="Seconds a run whose root span has not arrived, but whose spans say it is"
         " in their own process (OTLP span flags), waits after its last span before it is"
