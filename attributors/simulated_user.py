@@ -10,8 +10,9 @@ unable to reach the account or booking the task is about: the user's turn is whe
 run went wrong, not what the agent did next.
 
 The rule is fixed (not fitted): the patterns say what a denial and each kind of
-identifier look like in any language of customer service written in English, and each
-finding names the identifier the instructions hold.
+identifier look like in English, whatever the harness or framework, and each finding
+names the identifier the instructions hold. A customer writing in another language is
+not read.
 """
 
 from __future__ import annotations
