@@ -8,12 +8,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
 
 COPY pyproject.toml README.md LICENSE ./
 COPY faultfinder ./faultfinder
-COPY cli ./cli
-COPY attributors ./attributors
-COPY benchmarks ./benchmarks
-COPY server ./server
-COPY sdk ./sdk
-COPY dashboards ./dashboards
 RUN pip install --no-cache-dir . && mkdir -p /data
 
 VOLUME /data

@@ -232,7 +232,7 @@ AGNO_TEAM_NAME: Final = "agno.team.name"
 run span, whose leader's model calls lie directly beneath it (OpenInference names the
 team as an agent)."""
 
-# --- appended: GenAI messages recorded as span events (server/otlp/events.py) ---------
+# --- appended: GenAI messages recorded as span events (faultfinder/server/otlp/events.py) ---------
 
 EVENT_GEN_AI_SYSTEM_MESSAGE: Final = "gen_ai.system.message"
 """Span event: one system message sent to the model (attribute `content`)."""
@@ -263,7 +263,7 @@ own (a root with no children) sent when the workflow is made, not when it runs."
 AGENT_FRAMEWORK_BUILD_STARTED: Final = "build.started"
 """Microsoft Agent Framework: the first event of the `workflow.build` span."""
 
-# --- appended: GenAI events received as OTLP log records (server/otlp/log_events.py) ----
+# --- GenAI events received as OTLP log records (faultfinder/server/otlp/log_events.py) ---
 
 LOG_EVENTS_SPAN: Final = "faultfinder.log_events"
 """The name (and a `true` attribute) of the span the sidecar makes of the GenAI log

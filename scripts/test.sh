@@ -8,7 +8,7 @@ bash scripts/install.sh --llm
 echo "== ruff" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-bash scripts/typecheck.sh  # mypy strict and the import layers, on the installed layout
+bash scripts/typecheck.sh  # mypy strict and the import layers, from the checkout
 echo "== pytest" >&2
 .venv/bin/pytest -q -p no:cacheprovider "$@"
 # The conformance suite: each agent framework in its own environment, with its own

@@ -602,7 +602,7 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
-PROGRAMS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "programs"
+PROGRAMS = Path(__file__).resolve().parents[2] / "data" / "corpus" / "programs"
 """The agent programs, among them the chat replays (`chat_replay.py`)."""
 AIRLINE = PROGRAMS.parents[1] / "conversations" / "tau-bench-airline.jsonl"
 """The labelled τ-bench airline conversations the replays replay."""
@@ -610,7 +610,7 @@ AIRLINE = PROGRAMS.parents[1] / "conversations" / "tau-bench-airline.jsonl"
 
 def replay_recorded_conversation(pipeline: Pipeline, program: str, record_id: str) -> Any:
     """Replay the labelled airline conversation `record_id` through the framework of
-    benchmarks/corpus/programs/`program`.py (`benchmarks/conversations/replay_live.sh`), as
+    data/corpus/programs/`program`.py (`data/conversations/replay_live.sh`), as
     one run into the pipeline's sidecar, and check it came out as the replay says
     (`check_replayed_conversation`): the premise on which the labels move to the live
     steps. Returns the run as the API shows it."""
@@ -643,7 +643,7 @@ def check_replayed_conversation(
     recorded: Sequence[Mapping[str, Any]],
     replayed: Mapping[str, Any],
 ) -> None:
-    """Assert a τ-bench conversation replayed by benchmarks/corpus/programs/chat_replay.py
+    """Assert a τ-bench conversation replayed by data/corpus/programs/chat_replay.py
     came out as the replay says it did: every model call an `llm` step saying the recorded
     message or call, in order; every later customer turn that reached a model call a user
     step, in order; every recorded tool report a tool step; no recorded report left over."""

@@ -243,9 +243,9 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
 def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     pipeline: Pipeline,
 ) -> None:
-    """benchmarks/corpus/programs/langgraph_chat_replay.py replays a labelled τ-bench
+    """data/corpus/programs/langgraph_chat_replay.py replays a labelled τ-bench
     conversation through a `create_react_agent` (`FRAMEWORK=langgraph
-    benchmarks/conversations/replay_live.sh`): one invocation per customer turn, given the
+    data/conversations/replay_live.sh`): one invocation per customer turn, given the
     messages so far, under one span of the service's own. The conversation chosen ends in
     `transfer_to_human_agents`, which openinference-instrumentation-langchain marks as an
     AGENT span (a handoff tool): it must still be the agent's tool call, not a turn of an

@@ -244,8 +244,8 @@ def test_a_chat_of_two_turns_in_one_trace_shows_the_customers_reply(pipeline: Pi
 def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     pipeline: Pipeline,
 ) -> None:
-    """benchmarks/corpus/programs/openai_agents_chat_replay.py replays a labelled τ-bench
-    conversation through this SDK (`benchmarks/conversations/replay_live.sh`); the labels
+    """data/corpus/programs/openai_agents_chat_replay.py replays a labelled τ-bench
+    conversation through this SDK (`data/conversations/replay_live.sh`); the labels
     then move from each recorded step to the live step the program says it became: the
     n-th model call to the n-th `llm` step, the n-th later customer turn to the n-th user
     step. Here that premise is checked on a real run: every model call is an `llm` step

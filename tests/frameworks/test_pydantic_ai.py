@@ -184,9 +184,9 @@ def test_what_a_tools_own_records_prove_wrong_is_blamed_with_them(
 def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     pipeline: Pipeline,
 ) -> None:
-    """benchmarks/corpus/programs/pydantic_ai_chat_replay.py replays a labelled τ-bench
+    """data/corpus/programs/pydantic_ai_chat_replay.py replays a labelled τ-bench
     conversation through pydantic-ai (`FRAMEWORK=pydantic-ai
-    benchmarks/conversations/replay_live.sh`): one `Agent.run` per customer turn, given the
+    data/conversations/replay_live.sh`): one `Agent.run` per customer turn, given the
     messages so far, under one span of the service's own. The labels then move from each
     recorded step to the live step the program says it became: the n-th model call to the
     n-th `llm` step, the n-th later customer turn to the n-th user step. Here that premise is

@@ -4,7 +4,7 @@ held. What each drill checks on the server has its own regression test (ingest l
 slow senders, a read-only database, CSRF, large runs, hostile names); this one checks
 that the drills themselves still run and measure.
 
-The long version is `faultfinder bench chaos --hostile all` (benchmarks/reports/hostile.md).
+The long version is `faultfinder bench chaos --hostile all` (reports/hostile.md).
 """
 
 from __future__ import annotations

@@ -355,7 +355,7 @@ def test_fold_models_never_saw_the_records_they_hint_about(
 def test_prefilter_hints_can_come_from_a_model_file_on_any_dataset(tmp_path: Path) -> None:
     # The packaged model was trained on the injected corpus: an honest LLM run on it takes
     # its hints from a model that never saw it, given as a file.
-    corpus = Path(__file__).resolve().parents[2] / "benchmarks/corpus/injected/pydantic-ai.jsonl"
+    corpus = Path(__file__).resolve().parents[2] / "data/corpus/injected/pydantic-ai.jsonl"
     first = json.loads(corpus.read_text(encoding="utf-8").splitlines()[0])
     listing = tmp_path / "records.txt"
     listing.write_text(first["id"] + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The injection corpus (benchmarks/corpus): its tasks are well formed and answerable
+"""The injection corpus (data/corpus): its tasks are well formed and answerable
 from the shared tools, and every agent program keeps to the contract the injection
 harness relies on."""
 
@@ -16,7 +16,7 @@ import pytest
 from faultfinder.benchmarks.injection.grading import answers_match
 from faultfinder.benchmarks.injection.harness import read_tasks
 
-CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 PROGRAMS = sorted((CORPUS / "programs").glob("*_team.py"))
 
 

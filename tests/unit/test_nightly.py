@@ -60,7 +60,7 @@ def test_the_default_suite_runs_zero_llm_attributors_and_an_llm_one_only_with_an
     corpus = next(d for d in suite.datasets if d.name == "injected-corpus")
     assert corpus.spec is not None
     assert Path(resolve_spec(corpus.spec, DEFAULT_SUITE.parent)) == (
-        Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "injected"
+        Path(__file__).resolve().parents[2] / "data" / "corpus" / "injected"
     )
     assert resolve_spec("who_and_when:hand-crafted", Path("/x")) == "who_and_when:hand-crafted"
 

@@ -95,10 +95,10 @@ def test_a_label_on_a_tool_reply_is_refused() -> None:
 
 
 def test_the_committed_airline_set_is_what_the_labels_and_steps_say() -> None:
-    records = list(load_dataset(str(REPO / "benchmarks/conversations/tau-bench-airline.jsonl")))
+    records = list(load_dataset(str(REPO / "data/conversations/tau-bench-airline.jsonl")))
     labels = [
         json.loads(line)
-        for line in (REPO / "benchmarks/conversations/tau-bench-airline-labels.jsonl").open()
+        for line in (REPO / "data/conversations/tau-bench-airline-labels.jsonl").open()
         if line.strip()
     ]
     assert len(records) == len(labels) == 116

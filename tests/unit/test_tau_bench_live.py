@@ -17,11 +17,11 @@ from faultfinder.benchmarks.datasets import load_dataset
 from faultfinder.benchmarks.datasets.tau_bench_live import live_steps, name_exported
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDED = REPO / "benchmarks/conversations/tau-bench-airline.jsonl"
+RECORDED = REPO / "data/conversations/tau-bench-airline.jsonl"
 LIVE = {
-    "live": REPO / "benchmarks/conversations/tau-bench-airline-live.jsonl",
-    "live-pydantic-ai": REPO / "benchmarks/conversations/tau-bench-airline-live-pydantic-ai.jsonl",
-    "live-langgraph": REPO / "benchmarks/conversations/tau-bench-airline-live-langgraph.jsonl",
+    "live": REPO / "data/conversations/tau-bench-airline-live.jsonl",
+    "live-pydantic-ai": REPO / "data/conversations/tau-bench-airline-live-pydantic-ai.jsonl",
+    "live-langgraph": REPO / "data/conversations/tau-bench-airline-live-langgraph.jsonl",
 }
 ASSISTANT = "assistant"
 """The one agent's name in every live set: the SDKs' agent's, and the name LangGraph's
