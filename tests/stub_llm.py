@@ -44,16 +44,56 @@ def error(status: int, message: str = "scripted failure") -> ScriptedReply:
     return ScriptedReply(status=status, raw_body=json.dumps({"error": {"message": message}}))
 
 
+@dataclass(frozen=True)
+class ContextWindow:
+    """A model context the stub enforces as llama.cpp's server does: a prompt of more than
+    `tokens` tokens (counted as `chars_per_token` characters each) gets HTTP 400."""
+
+    tokens: int
+    chars_per_token: float = 2.5
+    reports_counts: bool = True
+    """Whether the error says the counts (llama.cpp since 2025) or not (older servers)."""
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
+        return int(chars / self.chars_per_token) + 1
+
+    def refusal(self, body: dict[str, Any]) -> ScriptedReply | None:
+        """The 400 answer to `body`, or None when its prompt fits."""
+        requested = self.prompt_tokens(body)
+        if requested <= self.tokens:
+            return None
+        if not self.reports_counts:
+            return error(400, "the request exceeds the available context size, try increasing it")
+        problem = {
+            "code": 400,
+            "message": f"request ({requested} tokens) exceeds the available context size "
+            f"({self.tokens} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": requested,
+            "n_ctx": self.tokens,
+        }
+        return ScriptedReply(status=400, raw_body=json.dumps({"error": problem}))
+
+
 class StubLLM:
     """Serves `script` in order to POST /v1/chat/completions; records every request body.
 
     With `reject_json_schema`, requests asking for `response_format.type == "json_schema"`
-    get HTTP 500 (as llama-cpp-python's server does) without consuming the script.
+    get HTTP 500 (as llama-cpp-python's server does) without consuming the script; with
+    `context`, so do prompts longer than that window (HTTP 400).
     """
 
-    def __init__(self, script: Iterable[ScriptedReply], *, reject_json_schema: bool = False):
+    def __init__(
+        self,
+        script: Iterable[ScriptedReply],
+        *,
+        reject_json_schema: bool = False,
+        context: ContextWindow | None = None,
+    ):
         self.script = list(script)
         self.reject_json_schema = reject_json_schema
+        self.context = context
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -76,6 +116,10 @@ class StubLLM:
             if self.reject_json_schema and response_format.get("type") == "json_schema":
                 body["_rejected"] = True
                 return error(500, "response_format json_schema is not supported")
+            refusal = self.context.refusal(body) if self.context is not None else None
+            if refusal is not None:
+                body["_rejected"] = True
+                return refusal
             if not self.script:
                 return error(500, "the stub's script is exhausted")
             return self.script.pop(0)

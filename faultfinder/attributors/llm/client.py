@@ -16,13 +16,19 @@ import anyio
 import openai
 
 from faultfinder.attributors.llm.replies import (
+    ContextOverflow,
     ModelCallFailed,
     Prompt,
     ReplyFormat,
     ReplyInvalid,
     excerpt,
 )
-from faultfinder.attributors.llm.settings import ModelSettings, StructuredRung, estimate_tokens
+from faultfinder.attributors.llm.settings import (
+    CHARS_PER_TOKEN,
+    ModelSettings,
+    StructuredRung,
+    estimate_tokens,
+)
 
 __all__ = ["Endpoint", "ModelClient", "ModelSession"]
 
@@ -31,9 +37,28 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _CONTEXT_OVERFLOW = re.compile(
-    r"context[_ ](?:length|window)|exceed(?:s|ed)? (?:the )?(?:context|maximum)|too many tokens",
+    r"context[_ ](?:length|window|size)|exceed(?:s|ed)? (?:the )?(?:available )?"
+    r"(?:context|maximum)|too many tokens",
     re.IGNORECASE,
 )
+
+_OVERFLOW_COUNTS = (
+    # vLLM and OpenAI: "maximum context length is 8192 tokens. However, you requested 9041"
+    re.compile(r"context length is (?P<available>[\d,]+).*?requested (?P<requested>[\d,]+)", re.S),
+    # llama.cpp: "request (9041 tokens) exceeds the available context size (8192 tokens)"
+    re.compile(r"request \((?P<requested>[\d,]+) tokens\).*?context size \((?P<available>[\d,]+)"),
+    # llama-cpp-python: "Requested tokens (9041) exceed context window of 8192"
+    re.compile(r"tokens \((?P<requested>[\d,]+)\) exceed context window of (?P<available>[\d,]+)"),
+    # "9,041 tokens requested of 8,192"
+    re.compile(r"(?P<requested>[\d,]+) tokens requested of (?P<available>[\d,]+)"),
+)
+
+_CALIBRATION_CHARS = 2000
+"""Shortest prompt whose token count is used to calibrate characters per token."""
+
+PROMPT_CHARS_PER_TOKEN = CHARS_PER_TOKEN * 0.85
+"""Characters per token assumed for a prompt before the endpoint has counted any: below the
+usual 4 because logs full of code, JSON and identifiers tokenize densely."""
 
 
 _KNOWN_RUNGS: dict[str, StructuredRung] = {}
@@ -57,6 +82,28 @@ class Endpoint:
             max_retries=0,
         )
         self.limiter = anyio.CapacityLimiter(settings.concurrency)
+        self.chars_per_token = PROMPT_CHARS_PER_TOKEN
+        """Characters per prompt token, lowered to what the endpoint's own counts show
+        (reported usage, context errors), so that prompts are fitted as the model counts."""
+        self.context_tokens: int | None = None
+        """The context window the endpoint reported in a context error, when smaller than the
+        settings say."""
+
+    def observe_prompt(self, chars: int, tokens: int) -> None:
+        """Learn from the endpoint's count of `tokens` for a prompt of `chars` characters.
+
+        Only ever lowers the ratio: a prompt of unusually long tokens must not make the next
+        prompt, of dense text, overflow. Short prompts teach nothing: the chat template's
+        own tokens would dominate their count.
+        """
+        if chars >= _CALIBRATION_CHARS and tokens > 0:
+            self.chars_per_token = max(1.0, min(self.chars_per_token, chars / tokens))
+
+    def observe_context(self, available: int) -> None:
+        """Remember the context window the endpoint reported (its n_ctx may be smaller than
+        the settings' context_tokens)."""
+        if available > 0:
+            self.context_tokens = min(available, self.context_tokens or available)
 
     @staticmethod
     def key(settings: ModelSettings) -> tuple[str, str, str]:
@@ -249,11 +296,10 @@ class ModelSession:
                 response = await self.client._create(messages, rung, reply, max_tokens)
             except openai.APIStatusError as exc:
                 message = _error_message(exc)
-                if exc.status_code in (400, 422, 500, 501) and _CONTEXT_OVERFLOW.search(message):
-                    raise ModelCallFailed(
-                        "the prompt does not fit the model's context: "
-                        f"HTTP {exc.status_code}: {message}"
-                    ) from None
+                if exc.status_code in (400, 413, 422, 500, 501) and _CONTEXT_OVERFLOW.search(
+                    message
+                ):
+                    raise self._overflow(exc, message, messages) from None
                 lower = (
                     self.client.step_down(rung) if exc.status_code in (400, 422, 500, 501) else None
                 )
@@ -298,6 +344,22 @@ class ModelSession:
                 continue
             return text, rung
 
+    def _overflow(
+        self, exc: openai.APIStatusError, message: str, messages: list[dict[str, str]]
+    ) -> ContextOverflow:
+        """The context error as a `ContextOverflow`, with what it teaches the endpoint."""
+        requested, available = overflow_counts(exc.body, message)
+        endpoint = self.client.endpoint
+        if available is not None:
+            endpoint.observe_context(available)
+        if requested is not None:
+            endpoint.observe_prompt(sum(len(m["content"]) for m in messages), requested)
+        return ContextOverflow(
+            f"the prompt does not fit the model's context: HTTP {exc.status_code}: {message}",
+            requested=requested,
+            available=available,
+        )
+
     def _retry_or_fail(self, failures: int, problem: str) -> int:
         self.retried_errors.append(problem)
         if failures >= self.client.settings.retries:
@@ -321,6 +383,7 @@ class ModelSession:
         if isinstance(prompt, int) and isinstance(completion, int):
             self.prompt_tokens += prompt
             self.completion_tokens += completion
+            self.client.endpoint.observe_prompt(sum(len(m["content"]) for m in messages), prompt)
         else:
             # Some servers omit usage; an estimate keeps the budget meaningful.
             self.usage_estimated = True
@@ -353,6 +416,24 @@ def _error_message(exc: openai.APIStatusError) -> str:
         if isinstance(inner, str):
             return excerpt(inner, 300)
     return excerpt(str(exc.message), 300)
+
+
+def overflow_counts(body: object, message: str) -> tuple[int | None, int | None]:
+    """The (requested, available) token counts a context error reports, each None when
+    absent: llama.cpp's `n_prompt_tokens`/`n_ctx` fields, else the numbers in its message."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(inner, dict):
+        requested, available = inner.get("n_prompt_tokens"), inner.get("n_ctx")
+        if isinstance(requested, int) and isinstance(available, int):
+            return requested, available
+    for pattern in _OVERFLOW_COUNTS:
+        match = pattern.search(message)
+        if match is not None:
+            return (
+                int(match.group("requested").replace(",", "")),
+                int(match.group("available").replace(",", "")),
+            )
+    return None, None
 
 
 def _backoff(failures: int) -> float:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.learned import (
@@ -25,7 +25,12 @@ from faultfinder.attributors.learned import (
 )
 from faultfinder.attributors.llm import prompts, render
 from faultfinder.attributors.llm.client import ModelClient, ModelSession
-from faultfinder.attributors.llm.replies import ModelCallFailed, Prompt, ReplyFormat
+from faultfinder.attributors.llm.replies import (
+    ContextOverflow,
+    ModelCallFailed,
+    Prompt,
+    ReplyFormat,
+)
 from faultfinder.attributors.llm.settings import CHARS_PER_TOKEN, ModelSettings
 from faultfinder.attributors.model import Attribution, Candidate, Step, Trajectory, validate_against
 
@@ -43,6 +48,14 @@ __all__ = [
 
 PREFILTER_FAR_CHARS = 400
 """Characters kept of a step far from every pre-filter candidate (start and end)."""
+
+CONTEXT_RETRIES = 4
+"""Times a prompt the endpoint refused as too long is shortened and sent again."""
+
+SHRINK_WITHOUT_COUNTS = 0.7
+"""Share of the log kept when a context error does not say by how much the prompt overflowed."""
+
+T = TypeVar("T")
 
 PrefilterModel: TypeAlias = StepModel | Callable[[Trajectory], StepModel]
 """The pre-filter's step model: one model, or a function choosing it per trajectory (e.g. the
@@ -79,6 +92,8 @@ class Run:
     far_chars: int = PREFILTER_FAR_CHARS
     prefilter: dict[str, Any] = field(default_factory=dict)
     """What the pre-filter did, for the details."""
+    refits: list[dict[str, Any]] = field(default_factory=list)
+    """Prompts the endpoint refused as too long and that were shortened and sent again."""
 
     @property
     def task(self) -> str:
@@ -161,6 +176,8 @@ class LLMAttributor:
                 details["prefilter"] = run.prefilter
             if run.context:
                 details["context_dropped"] = run.context
+            if run.refits:
+                details["context_refits"] = run.refits
             return {
                 "used_ground_truth": ground_truth is not None,
                 "latency_s": time.monotonic() - started,
@@ -251,21 +268,97 @@ class LLMAttributor:
     ) -> Prompt:
         """The prompt `build` makes around as much of `steps`' log as the context allows;
         with `hinted` and pre-filter hints, shrunk around the hinted steps among `steps`."""
+        prompt, report = self._render(
+            run, steps, build, self._log_budget(build, reply), focus, hinted
+        )
+        if report:
+            run.context.append({"prompt": purpose or self.name, **report})
+        return prompt
+
+    async def ask_fitted(
+        self,
+        run: Run,
+        steps: Sequence[Step],
+        build: Callable[[str], Prompt],
+        reply: ReplyFormat[T],
+        *,
+        focus: int | None = None,
+        purpose: str = "",
+        hinted: bool = True,
+        max_tokens: int | None = None,
+    ) -> T:
+        """Ask the `fit_prompt` question; when the endpoint still finds it longer than its
+        context (the estimate is only an estimate), shorten the log by the overflow it
+        reports, or by a fixed share when it reports none, and ask again, at most
+        `CONTEXT_RETRIES` times."""
+        budget = self._log_budget(build, reply)
+        label = purpose or self.name
+        for attempt in range(CONTEXT_RETRIES + 1):
+            prompt, report = self._render(run, steps, build, budget, focus, hinted)
+            try:
+                answer = await run.session.ask(prompt, reply, max_tokens=max_tokens)
+            except ContextOverflow as exc:
+                if attempt == CONTEXT_RETRIES:
+                    raise
+                budget = self._shorter_budget(exc, prompt, build, reply)
+                run.refits.append(
+                    {
+                        "prompt": label,
+                        "requested": exc.requested,
+                        "available": exc.available,
+                        "log_chars": budget,
+                    }
+                )
+                continue
+            if report:
+                run.context.append({"prompt": label, **report})
+            return answer
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _log_budget(self, build: Callable[[str], Prompt], reply: ReplyFormat[Any]) -> int:
+        """Characters of log that fit beside the question, as the endpoint counts tokens."""
         settings = self.settings
+        endpoint = self.client.endpoint
+        window = min(settings.context_tokens, endpoint.context_tokens or settings.context_tokens)
         skeleton = build("")
         overhead = len(skeleton.system) + len(skeleton.user) + len(reply.json_instructions) + 64
         # Room for the reply, and for a second try that repeats the first reply.
-        tokens = settings.context_tokens - 2 * settings.max_tokens * self.completion_factor - 64
-        budget = int(tokens * CHARS_PER_TOKEN * 0.85) - overhead
+        tokens = window - 2 * settings.max_tokens * self.completion_factor - 64
+        return max(int(tokens * endpoint.chars_per_token) - overhead, 0)
+
+    def _shorter_budget(
+        self,
+        refused: ContextOverflow,
+        prompt: Prompt,
+        build: Callable[[str], Prompt],
+        reply: ReplyFormat[Any],
+    ) -> int:
+        """A log budget below the refused prompt's log: by the reported overflow (and the
+        reply's room) in characters, with the endpoint's counts already learned, or by
+        `SHRINK_WITHOUT_COUNTS`."""
+        skeleton = build("")
+        shown = max(len(prompt.user) - len(skeleton.user), 0)
+        if refused.requested is None or refused.available is None:
+            return int(shown * SHRINK_WITHOUT_COUNTS)
+        reply_room = self.settings.max_tokens * self.completion_factor + 64
+        excess = refused.requested - refused.available + reply_room
+        by_overflow = shown - int(excess * CHARS_PER_TOKEN * 1.1)
+        return max(min(by_overflow, self._log_budget(build, reply), shown - 1), 0)
+
+    @staticmethod
+    def _render(
+        run: Run,
+        steps: Sequence[Step],
+        build: Callable[[str], Prompt],
+        budget: int,
+        focus: int | None,
+        hinted: bool,
+    ) -> tuple[Prompt, dict[str, Any]]:
+        """`build` around the log of `steps` cut to `budget` characters, and what was cut."""
         shown = {step.index for step in steps}
         keep = [step for step, _ in run.hints if step in shown] if hinted else []
-        rendered = render.render_log(
-            steps, max(budget, 0), focus=focus, keep=keep, far_chars=run.far_chars
-        )
-        report = rendered.report()
-        if report:
-            run.context.append({"prompt": purpose or self.name, **report})
-        return build(rendered.text)
+        rendered = render.render_log(steps, budget, focus=focus, keep=keep, far_chars=run.far_chars)
+        return build(rendered.text), rendered.report()
 
 
 def blameable_steps(trajectory: Trajectory) -> list[int]:

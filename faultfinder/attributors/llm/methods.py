@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -50,33 +50,36 @@ LLM_METHODS = ("all_at_once", "step_by_step", "binary_search", "hybrid", "a2p", 
 """Names of the attributors in this module: the ones that need a model endpoint."""
 
 
+T = TypeVar("T")
+
 WholeLogQuestion = Callable[[str, str | None, str, Sequence[prompts.Hint]], Prompt]
 """A prompt builder over the task, the ground truth, the whole log and the hints."""
 
 
-def _whole_log_prompt(
+async def _ask_whole_log(
     attributor: LLMAttributor,
     run: Run,
     question: WholeLogQuestion,
-    reply: ReplyFormat[Any],
+    reply: ReplyFormat[T],
     purpose: str = "",
-) -> Prompt:
-    """`question` around as much of the whole log as the context allows."""
-    return attributor.fit_prompt(
+    max_tokens: int | None = None,
+) -> T:
+    """`question` asked around as much of the whole log as the context allows."""
+    return await attributor.ask_fitted(
         run,
         run.trajectory.steps,
         lambda log: question(run.task, run.ground_truth, log, run.hints),
         reply,
         purpose=purpose,
+        max_tokens=max_tokens,
     )
 
 
 async def _ask_all_at_once(attributor: LLMAttributor, run: Run) -> Verdict:
     reply = verdict_format(run.trajectory, blameable_steps(run.trajectory))
-    prompt = _whole_log_prompt(
+    verdict: Verdict = await _ask_whole_log(
         attributor, run, prompts.all_at_once_prompt, reply, purpose="all_at_once"
     )
-    verdict: Verdict = await run.session.ask(prompt, reply)
     return verdict
 
 
@@ -84,7 +87,7 @@ async def _is_decisive(attributor: LLMAttributor, run: Run, index: int) -> tuple
     trajectory = run.trajectory
     step = trajectory.steps[index]
     reply = decision_format()
-    prompt = attributor.fit_prompt(
+    decision: tuple[bool, str] = await attributor.ask_fitted(
         run,
         trajectory.steps[: index + 1],
         lambda log: prompts.step_by_step_prompt(
@@ -95,7 +98,6 @@ async def _is_decisive(attributor: LLMAttributor, run: Run, index: int) -> tuple
         purpose=f"step {index}",
         hinted=False,
     )
-    decision: tuple[bool, str] = await run.session.ask(prompt, reply)
     return decision
 
 
@@ -151,14 +153,13 @@ class BinarySearch(LLMAttributor):
         reply = half_format()
         while lo < hi:
             mid = (lo + hi) // 2
-            prompt = self.fit_prompt(
+            upper, reason = await self.ask_fitted(
                 run,
                 steps[lo : hi + 1],
                 partial(self._segment_prompt, run, lo=lo, mid=mid, hi=hi),
                 reply,
                 purpose=f"steps {lo}-{hi}",
             )
-            upper, reason = await run.session.ask(prompt, reply)
             path.append({"lo": lo, "hi": hi, "half": "upper" if upper else "lower"})
             lo, hi = (lo, mid) if upper else (mid + 1, hi)
         step = steps[lo]
@@ -223,9 +224,12 @@ class A2P(LLMAttributor):
 
     async def _attribute(self, run: Run) -> Finding:
         reply = a2p_format(run.trajectory, blameable_steps(run.trajectory))
-        prompt = _whole_log_prompt(self, run, prompts.a2p_prompt, reply)
-        answer = await run.session.ask(
-            prompt, reply, max_tokens=self.settings.max_tokens * self.completion_factor
+        answer = await _ask_whole_log(
+            self,
+            run,
+            prompts.a2p_prompt,
+            reply,
+            max_tokens=self.settings.max_tokens * self.completion_factor,
         )
         candidates: list[Candidate] = []
         seen: set[int] = set()
@@ -306,18 +310,17 @@ class Consensus(LLMAttributor):
         failures: dict[str, str] = {}
 
         async def consult(stance: str) -> None:
-            prompt = self.fit_prompt(
-                run,
-                trajectory.steps,
-                lambda log: prompts.analyst_prompt(
-                    stance, run.task, run.ground_truth, log, focus, run.hints
-                ),
-                reply,
-                focus=focus,
-                purpose=f"analyst {stance}",
-            )
             try:
-                votes[stance] = await run.session.ask(prompt, reply)
+                votes[stance] = await self.ask_fitted(
+                    run,
+                    trajectory.steps,
+                    lambda log: prompts.analyst_prompt(
+                        stance, run.task, run.ground_truth, log, focus, run.hints
+                    ),
+                    reply,
+                    focus=focus,
+                    purpose=f"analyst {stance}",
+                )
             except ModelCallFailed as exc:
                 failures[stance] = exc.reason
 

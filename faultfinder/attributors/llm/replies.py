@@ -15,6 +15,7 @@ from faultfinder.attributors.llm.settings import StructuredRung
 from faultfinder.attributors.model import Trajectory, normalise_agent
 
 __all__ = [
+    "ContextOverflow",
     "ModelCallFailed",
     "Prompt",
     "ReplyFormat",
@@ -47,6 +48,20 @@ class ModelCallFailed(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class ContextOverflow(ModelCallFailed):
+    """The endpoint refused the prompt as longer than the model's context window.
+
+    `requested` and `available` are the token counts the endpoint reported (the prompt's,
+    sometimes with the completion's room, and the window's), None when it said none; the
+    caller shortens the prompt by the difference, or by a fixed fraction without them.
+    """
+
+    def __init__(self, reason: str, *, requested: int | None, available: int | None) -> None:
+        super().__init__(reason)
+        self.requested = requested
+        self.available = available
 
 
 @dataclass(frozen=True)
