@@ -232,7 +232,7 @@ AGNO_TEAM_NAME: Final = "agno.team.name"
 run span, whose leader's model calls lie directly beneath it (OpenInference names the
 team as an agent)."""
 
-# --- appended: GenAI messages recorded as span events (faultfinder/server/otlp/events.py) ---------
+# --- appended: GenAI messages recorded as span events (faultfinder/reading/events.py) ------------
 
 EVENT_GEN_AI_SYSTEM_MESSAGE: Final = "gen_ai.system.message"
 """Span event: one system message sent to the model (attribute `content`)."""

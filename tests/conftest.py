@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     BenchmarkRecord,
     DatasetError,
     load_dataset,

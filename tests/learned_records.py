@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel
+from faultfinder.datasets import BenchmarkRecord, GoldLabel
 
 __all__ = ["synthetic_history", "synthetic_record", "synthetic_records"]
 

@@ -23,9 +23,9 @@ from opentelemetry.trace import Status, StatusCode
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Trajectory
+from faultfinder.reading.mapping import MappedSpan, map_span
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.otlp.decode import decode_protobuf
-from faultfinder.server.otlp.mapping import MappedSpan, map_span
-from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 
 MS = 1_000_000

@@ -11,10 +11,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from faultfinder.attributors.model import StepKind, Trajectory
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.model import SpanRecord
+from faultfinder.reading.runs import run_facts
 from faultfinder.sdk import configure, shutdown
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.mapping import run_facts
-from faultfinder.server.otlp.model import SpanRecord
 from tests.otlp_helpers import span_records
 
 

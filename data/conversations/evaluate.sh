@@ -49,9 +49,9 @@ for half in even odd; do
     --out "$work/$other.json" > /dev/null
   $ff train --dataset "who_and_when,data/corpus/injected,$work/$other.jsonl" \
     --out "$work/$other-recorded.json" > /dev/null
-  "$python" -m faultfinder.benchmarks.datasets.tau_bench --folded "$work/$half.jsonl" \
+  "$python" -m faultfinder.datasets.tau_bench --folded "$work/$half.jsonl" \
     --out "$work/$half-folded.jsonl" > /dev/null
-  "$python" -m faultfinder.benchmarks.datasets.tau_bench --who-and-when "$work/$half.jsonl" \
+  "$python" -m faultfinder.datasets.tau_bench --who-and-when "$work/$half.jsonl" \
     --out "$work/$half-who-and-when" > /dev/null
   score "$work/$half.jsonl" "$half/learned-no-conversations" learned "$work/none.json"
   score "$work/$half.jsonl" "$half/random" random

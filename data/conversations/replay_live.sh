@@ -6,7 +6,7 @@
 # openinference-instrumentation-langchain). Each recorded conversation is replayed into a real
 # `faultfinder serve` (data/corpus/programs/<framework>_chat_replay.py; the model is a
 # scripted OpenAI-compatible server serving the recorded messages, not a model). The
-# people's labels move to the live steps (`faultfinder.benchmarks.datasets.tau_bench_live`)
+# people's labels move to the live steps (`faultfinder.datasets.tau_bench_live`)
 # and are posted with `POST /api/runs/{id}/labels`; the labelled runs are exported with
 # `faultfinder dataset export` as tau-bench-airline-live.jsonl (openai-agents; evaluate.sh
 # scores it and the shipped model is trained on it) or
@@ -65,11 +65,11 @@ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:$port/v1/traces" \
   "$framework_python" "data/corpus/programs/${framework//-/_}_chat_replay.py" "$set_" \
   > "$work/replayed.jsonl"
 echo "== carrying the labels over" >&2
-"$python" -m faultfinder.benchmarks.datasets.tau_bench_live label "$set_" \
+"$python" -m faultfinder.datasets.tau_bench_live label "$set_" \
   "$work/replayed.jsonl" --sidecar "http://127.0.0.1:$port"
 kill "$serve_pid"
 wait "$serve_pid" || true
 serve_pid=
 "$ff" dataset export --database "$database" --out "$work/exported.jsonl"
-"$python" -m faultfinder.benchmarks.datasets.tau_bench_live name "$work/exported.jsonl" \
+"$python" -m faultfinder.datasets.tau_bench_live name "$work/exported.jsonl" \
   "$set_" --out "$live" --suffix "$suffix"

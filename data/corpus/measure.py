@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from faultfinder.benchmarks.injection.grading import answers_match, final_line
+from faultfinder.injection.grading import answers_match, final_line
 
 TASKS = Path(__file__).resolve().parent / "tasks.jsonl"
 

@@ -10,6 +10,7 @@ scores only the steps that arrived since the previous call for that run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from faultfinder.attributors.learned import (
@@ -24,7 +25,28 @@ from faultfinder.attributors.learned.evidence import step_evidence
 from faultfinder.attributors.learned.features import PrefixScanner, RunFeatures, shows_evidence
 from faultfinder.attributors.model import Step, Trajectory
 
-__all__ = ["Alarm", "Auditor"]
+__all__ = ["MODEL_FEATURES", "Alarm", "Auditor", "standing"]
+
+MODEL_FEATURES = " The model's features that set it apart so far: "
+"""Opens the last sentence of an alarm's reason, the model's own terms (the run page
+shows it behind a toggle)."""
+
+
+def standing(scores: Sequence[float], score: float, threshold: float) -> str:
+    """Where a step's score and the alarm line stand among the run's steps seen so far
+    (`scores`, the step's own included), in percentiles: the raw scores of different
+    frameworks' models are on scales of their own, a rank among the run's own steps is
+    on one scale for every run."""
+    others = len(scores) - 1
+    if others < 1:
+        return "it is the only step seen so far"
+    below = sum(other < score for other in scores)
+    line = round(100 * sum(other <= threshold for other in scores) / len(scores))
+    return (
+        f"its score is higher than {below} of the {others} other steps seen so far"
+        f" (percentile {round(100 * below / others)}), and the alarm line sits at"
+        f" percentile {line} of the {len(scores)} steps"
+    )
 
 
 @dataclass(frozen=True)
@@ -42,6 +64,9 @@ class Alarm:
     reason: str = ""
     """Why the step: the prefix scorer's evidence (`StepModel.explain`) over the steps
     seen so far."""
+    created_at: float | None = None
+    """When the alarm was stored (Unix seconds); None until then. The one alarm type: the
+    sidecar stores it (`AlarmStore`), announces it and answers it in its API as is."""
 
 
 @dataclass
@@ -133,19 +158,23 @@ class Auditor:
         rows = [state.scanner.prefix_row(i) for i in range(index + 1)]
         mask = blameable(state.steps[: index + 1])
         explained = self.model.explain(rows, index, mask)
-        reason = f"prefix score {score:.2f} above the alarm threshold {threshold:.2f}"
+        agent = answerable_agents(state.steps)[index]
+        reason = (
+            f"Step {index} ({agent}) raised the alarm: {standing(state.scores, score, threshold)}."
+        )
         shown = step_evidence(
             Trajectory(
                 run_id="prefix", task=state.scanner.task, steps=tuple(state.steps[: index + 1])
             ),
             RunFeatures(rows=rows, named=state.scanner.rows, scanner=state.scanner),
+            complete=False,
         )[index]
         if shown:
-            reason += f"; {shown[0].text}"
+            reason += f" {shown[0].text[0].upper()}{shown[0].text[1:]}."
         if explained:
-            reason += "; what sets it apart so far: " + "; ".join(e["text"] for e in explained)
+            reason += MODEL_FEATURES + "; ".join(e["text"] for e in explained) + "."
         elif sum(mask) <= 1:
-            reason += "; no earlier step to compare it with"
+            reason += " No earlier step to compare it with."
         return reason
 
     def threshold_for(self, trajectory: Trajectory) -> float:

@@ -19,12 +19,9 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from faultfinder.attributors.model import Attribution, Trajectory
-
-if TYPE_CHECKING:
-    from faultfinder.attributors.context import AttributorContext
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,10 @@ class Attributor(Protocol):
 
     An attributor that only computes (no I/O, no model calls) may say so with a class
     attribute `cpu_bound = True`: the sidecar then runs it in a worker thread, so a long
-    trajectory does not stall ingest and queries on the event loop.
+    trajectory does not stall ingest and queries on the event loop. Whether it asks a
+    model is the class attribute `calls_model` (`not cpu_bound` when absent): the workers
+    run the attributors that do not in a lane of their own, so a slow model never holds
+    up a zero-LLM answer (`calls_model`).
     """
 
     name: str
@@ -145,6 +145,18 @@ async def close_attributor(attributor: Attributor) -> None:
         await close()
 
 
+def calls_model(name: str) -> bool:
+    """Whether the attributor registered as `name` asks a model (and so may take minutes):
+    its factory's `calls_model` attribute, else `not cpu_bound`. An unknown name, or a
+    factory that says neither, counts as asking one, the slow lane being the safe guess."""
+    _load_builtins()
+    factory = _REGISTRY.get(name)
+    declared = getattr(factory, "calls_model", None)
+    if isinstance(declared, bool):
+        return declared
+    return not getattr(factory, "cpu_bound", False)
+
+
 def takes_context(factory: AttributorFactory) -> bool:
     """Whether `factory` declares a `context` argument (older plugins do not)."""
     try:
@@ -158,11 +170,13 @@ def takes_context(factory: AttributorFactory) -> bool:
     )
 
 
-def get_attributor(
-    name: str, context: AttributorContext | None = None, **config: Any
-) -> Attributor:
+def get_attributor(name: str, context: object | None = None, **config: Any) -> Attributor:
     """Build the attributor registered as `name` with its configuration, handing it
-    `context` when its factory takes one."""
+    `context` (the service's `AttributorContext`) when its factory takes one.
+
+    The registry hands the context on untouched, so it does not name its type: the
+    context sits above the methods it serves (it holds their model connections and the
+    learned model), and each method family says which of its members it reads."""
     _load_builtins()
     try:
         factory = _REGISTRY[name]

@@ -89,6 +89,22 @@ def resolve_runtime(runtime: str = AUTO) -> str:
     return runtime
 
 
+ONE_LINE_ERRORS = """\
+import builtins, types
+from llama_cpp.server import errors
+errors.traceback = types.SimpleNamespace(print_exc=lambda *args, **kwargs: None)
+errors.print = lambda *args, **kwargs: builtins.print(
+    " ".join(" ".join(str(arg).split()) for arg in args), **kwargs
+)
+"""
+"""Run in llama-cpp-python's server before it starts: a request it cannot serve (a
+`json_schema` response format, which the client tries first) is logged as one
+`Exception: …` line (its validation error unwrapped) instead of that message over several
+lines and a full traceback, each time."""
+
+_RUN_LLAMA_CPP_SERVER = "import runpy; runpy.run_module('llama_cpp.server', run_name='__main__')"
+
+
 def server_command(
     model_path: Path,
     *,
@@ -107,7 +123,8 @@ def server_command(
     parses its tool calls; one slot holds the whole context (several would split it),
     and the slots it leaves are kept in memory, so an agent whose turn comes again
     reuses the prefix it shares with its earlier calls. llama-cpp-python: `logits_all`
-    is off because its default quadruples memory. `python` and `binary` override the
+    is off because its default quadruples memory, and a refused request is logged on one
+    line (`ONE_LINE_ERRORS`). `python` and `binary` override the
     interpreter and the llama-server executable found here.
     """
     if runtime == LLAMA_SERVER:
@@ -139,8 +156,8 @@ def server_command(
         raise LocalModelError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     return [
         python or sys.executable,
-        "-m",
-        "llama_cpp.server",
+        "-c",
+        ONE_LINE_ERRORS + _RUN_LLAMA_CPP_SERVER,
         "--model",
         str(model_path),
         "--host",

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from faultfinder.attributors.failure_modes import answer_mode
+
 
 class StepKind(StrEnum):
     """What a step is: who produced it and in what capacity."""
@@ -151,7 +153,9 @@ class Attribution(BaseModel):
     agent: str | None = None
     step: int | None = Field(default=None, ge=0)
     reason: str = ""
-    confidence: float = Field(default=0.0, ge=0.0, le=1.0)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    """How sure the method is, in [0, 1], when it measures that; None when it does not (an
+    LLM method whose model was not asked for a figure), never a made-up 0."""
     candidates: tuple[Candidate, ...] = ()
     prediction_set: PredictionSet | None = None
     error_category: str | None = None
@@ -163,9 +167,36 @@ class Attribution(BaseModel):
     latency_s: float = Field(default=0.0, ge=0.0)
     model: str | None = None
     failure_reason: str | None = None
+    basis: str | None = Field(
+        default=None,
+        description=(
+            "What the answer rests on: the family of the evidence behind the blamed step"
+            " (e.g. 'tool-error', 'unsupported-argument', 'unsupported-figure',"
+            " 'user-withheld'), or 'guess' when no step shows any; None when the method"
+            " does not say (LLM methods, attributions stored before it was recorded)."
+        ),
+    )
+    mode: str | None = Field(
+        default=None,
+        description=(
+            "The failure mode of the blamed step, a Who&When Pro taxonomy code (e.g. 'R.1'"
+            " hallucination, 'A.1' tool arguments, 'C.2' communication failure), derived from"
+            " the evidence when the method names none; None for a guess or a failed answer."
+        ),
+    )
     details: dict[str, Any] = Field(
         default_factory=dict, description="Method-specific extras (parse path, dropped context)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_from_evidence(cls, data: Any) -> Any:
+        """An ok answer that names no mode takes the one its evidence shows (answers
+        stored before modes were recorded too, as they are read)."""
+        if not isinstance(data, dict) or data.get("mode") is not None:
+            return data
+        mode = answer_mode(data)
+        return data if mode is None else {**data, "mode": mode}
 
     @field_validator("reason")
     @classmethod

@@ -210,6 +210,11 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"mean": mean, "std": math.sqrt(var), "min": min(values), "max": max(values)}
 
 
+def spread_percent(metric: Mapping[str, Any]) -> str:
+    """A share's `spread` (its mean ± std over seeds) in percent with one decimal."""
+    return f"{100 * metric['mean']:.1f} ± {100 * metric['std']:.1f}"
+
+
 Z_95 = 1.959963984540054
 """The standard normal quantile of a two-sided 95 % interval."""
 

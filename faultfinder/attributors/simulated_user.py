@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from faultfinder.attributors.excerpts import quoted
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
 __all__ = ["UserWithheld", "user_instruction", "withheld_by_user"]
@@ -98,9 +99,9 @@ class UserWithheld:
 
     def text(self) -> str:
         return (
-            f"{self.user} said they did not have their {self.kind}, which their instructions"
-            f" give ({self.value}), and the run never came by it afterwards:"
-            f" {self.excerpt!r}"
+            f"At step {self.step}, {self.user} said they did not have their {self.kind}"
+            f" ({quoted(self.excerpt)}), though their instructions give it ({self.value});"
+            " the run never came by it afterwards."
         )
 
 

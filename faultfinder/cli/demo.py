@@ -18,7 +18,7 @@ import click
 import httpx
 import uvicorn
 
-from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
+from faultfinder.datasets import BenchmarkRecord, DatasetError, load_dataset
 from faultfinder.server.app import create_app
 from faultfinder.server.settings import Settings
 
@@ -91,7 +91,7 @@ def _print_report(runs: list[dict[str, Any]], records: list[BenchmarkRecord]) ->
 async def run_demo(
     settings: Settings, records: list[BenchmarkRecord], *, serve: bool, timeout: float
 ) -> None:
-    from faultfinder.benchmarks.replay import replay
+    from faultfinder.evaluation.replay import replay
 
     url = f"http://{settings.host}:{settings.port}"
     server = uvicorn.Server(

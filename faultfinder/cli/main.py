@@ -1,49 +1,19 @@
-"""The `faultfinder` command line: the sidecar, its database and the benchmarks."""
+"""The `faultfinder` command line: the sidecar, its database, the benchmarks, training,
+failure injection and the local model."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from faultfinder import __version__
-from faultfinder.server.settings import Settings, SettingsError, load_settings
+from faultfinder.cli.lazy import LazyGroup
 
-
-class LazyGroup(click.Group):
-    """A group whose heavier commands are imported only when one of them runs (or its own
-    help is asked for): `faultfinder --help`, `serve` and `worker` do not load the
-    benchmarks, the training code or the local model's tooling."""
-
-    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._lazy = lazy
-        """Command name → (`module:attribute`, the one-line help shown in the listing)."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self._lazy})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self._lazy:
-            target, _ = self._lazy[cmd_name]
-            module, attribute = target.split(":")
-            command: click.Command = getattr(importlib.import_module(module), attribute)
-            return command
-        return super().get_command(ctx, cmd_name)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = []
-        for name in self.list_commands(ctx):
-            if name in self._lazy:
-                rows.append((name, self._lazy[name][1]))
-            elif (command := super().get_command(ctx, name)) is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+if TYPE_CHECKING:
+    from faultfinder.server.settings import Settings
 
 
 @click.group(
@@ -51,19 +21,24 @@ class LazyGroup(click.Group):
     context_settings={"help_option_names": ["-h", "--help"]},
     lazy={
         "bench": (
-            "faultfinder.benchmarks.cli:bench",
+            "faultfinder.cli.bench:bench",
             "Benchmarks: score attributors, replay datasets through OTLP, measure ingest.",
         ),
         "dataset": (
-            "faultfinder.benchmarks.dataset_cli:dataset_group",
+            "faultfinder.cli.dataset:dataset_group",
             "Labelled runs in the generic format: convert datasets, export a sidecar's labels.",
         ),
         "inject": (
-            "faultfinder.benchmarks.injection.command:inject_group",
+            "faultfinder.cli.inject:inject_group",
             "Labelled failures from your own successful runs (controlled failure injection).",
         ),
+        "verify": (
+            "faultfinder.injection.verify_command:verify_command",
+            "Test an attribution: replay the failed run's exact prefix with a candidate step"
+            " corrected, let the agents continue live, and grade the answer.",
+        ),
         "train": (
-            "faultfinder.benchmarks.train:train_command",
+            "faultfinder.training.command:train_command",
             "Train the `learned` attributor's step model and write it as JSON.",
         ),
         "llm": (
@@ -79,6 +54,9 @@ def main() -> None:
 
 
 def _settings(**overrides: object) -> Settings:
+    # Imported here so that `faultfinder --help` does not load pydantic.
+    from faultfinder.server.settings import SettingsError, load_settings
+
     try:
         return load_settings(**overrides)
     except SettingsError as exc:
@@ -94,6 +72,11 @@ def _settings(**overrides: object) -> Settings:
 @click.option("--no-grpc", is_flag=True, default=None, help="Do not serve OTLP/gRPC.")
 @click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
 @click.option("--quiet-period", type=float, help="Seconds of silence before a run is complete.")
+@click.option(
+    "--attributors",
+    help="Attributors run on every failed run, in order, comma-separated "
+    "(FAULTFINDER_ATTRIBUTORS, default learned,first_error).",
+)
 @click.option(
     "--ingest-queue-spans",
     type=int,
@@ -126,6 +109,7 @@ def serve(
     no_grpc: bool | None,
     database_url: str | None,
     quiet_period: float | None,
+    attributors: str | None,
     ingest_queue_spans: int | None,
     ingest_inflight_bytes: int | None,
     processes: int | None,
@@ -135,7 +119,10 @@ def serve(
     import uvicorn
 
     from faultfinder.server.app import create_app
+    from faultfinder.server.banner import startup_banner
+    from faultfinder.server.http_connections import guarded_protocol
     from faultfinder.server.logs import configure_logging
+    from faultfinder.server.settings import SettingsError
 
     settings = _settings(
         host=host,
@@ -144,19 +131,19 @@ def serve(
         grpc_enabled=False if no_grpc else None,
         database_url=database_url,
         quiet_period=quiet_period,
+        attributors=attributors,
         ingest_queue_spans=ingest_queue_spans,
         ingest_inflight_bytes=ingest_inflight_bytes,
         processes=processes,
     )
     configure_logging(log_level)
-    click.echo(
-        f"faultfinder {__version__}: OTLP/HTTP + API on http://{settings.host}:{settings.port}"
-        + (f", OTLP/gRPC on {settings.host}:{settings.grpc_port}" if settings.grpc_enabled else "")
-        + f", database {settings.database_url}",
-        err=True,
-    )
+    try:
+        app = create_app(settings)  # loads the plugins, so the banner knows their attributors
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(startup_banner(settings, __version__), err=True)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         loop="asyncio",
@@ -164,6 +151,7 @@ def serve(
         access_log=False,
         timeout_graceful_shutdown=30,
         timeout_keep_alive=settings.keep_alive,
+        http=guarded_protocol(settings.head_timeout, settings.max_connections_per_client),
     )
 
 
@@ -185,14 +173,26 @@ def db_upgrade(database_url: str | None) -> None:
 
 @main.command()
 @click.option("--database-url", help="SQLAlchemy async URL (FAULTFINDER_DATABASE_URL).")
-@click.option("--concurrency", type=int, help="Jobs at once (FAULTFINDER_WORKERS, default 1).")
+@click.option(
+    "--concurrency",
+    type=int,
+    help="Jobs of attributors that ask a model at once (FAULTFINDER_WORKERS, default 1); "
+    "zero-LLM ones run beside them (FAULTFINDER_FAST_WORKERS, default 1).",
+)
 @click.option(
     "--log-level",
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
-def worker(database_url: str | None, concurrency: int | None, log_level: str) -> None:
+@click.option(
+    "--heartbeat-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Touch this file every 10 s while the workers run (for liveness/readiness probes).",
+)
+def worker(
+    database_url: str | None, concurrency: int | None, log_level: str, heartbeat_file: Path | None
+) -> None:
     """Run attribution workers only (share the job table with other workers and replicas)."""
     import asyncio
 
@@ -202,7 +202,7 @@ def worker(database_url: str | None, concurrency: int | None, log_level: str) ->
     settings = _settings(database_url=database_url, workers=concurrency)
     configure_logging(log_level)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_workers(settings))
+        asyncio.run(run_workers(settings, heartbeat=heartbeat_file))
 
 
 @main.command()

@@ -2,10 +2,12 @@
 
 `load_dataset(spec)` reads a whole dataset (`loading`); `who_and_when` and
 `who_and_when_pro` read one file each. The field-by-field mapping of every dataset is
-documented in docs/datasets.md.
+documented in docs/datasets.md. `labelled` reads the runs a sidecar's users labelled,
+`options` holds the dataset options every command shares and `command` is
+`faultfinder dataset`. Training, the evaluation and failure injection all read them.
 """
 
-from faultfinder.benchmarks.datasets.generic import (
+from faultfinder.datasets.generic import (
     GENERIC_FORMAT,
     LABEL_SOURCES,
     STEP_ROLES,
@@ -15,14 +17,14 @@ from faultfinder.benchmarks.datasets.generic import (
     step_role,
     write_records,
 )
-from faultfinder.benchmarks.datasets.loading import (
+from faultfinder.datasets.loading import (
     DATASET_SPECS,
     SPEC_HELP,
     check_spec,
     count_records,
     load_dataset,
 )
-from faultfinder.benchmarks.datasets.records import (
+from faultfinder.datasets.records import (
     DATASETS_DIR_ENV,
     WHO_AND_WHEN,
     WHO_AND_WHEN_PRO,
@@ -33,13 +35,13 @@ from faultfinder.benchmarks.datasets.records import (
     default_datasets_dir,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.datasets.who_and_when import (
+from faultfinder.datasets.who_and_when import (
     MAGENTIC_ONE_ROSTER,
     WHO_AND_WHEN_FORMAT,
     load_who_and_when_format_record,
     load_who_and_when_record,
 )
-from faultfinder.benchmarks.datasets.who_and_when_pro import load_who_and_when_pro_record
+from faultfinder.datasets.who_and_when_pro import load_who_and_when_pro_record
 
 __all__ = [
     "DATASETS_DIR_ENV",

@@ -1,4 +1,5 @@
-"""`faultfinder dataset`: labelled runs in the generic format (docs/datasets.md).
+"""`faultfinder dataset convert`, `export` and `check` (the group is
+`faultfinder.cli.dataset`): labelled runs in the generic format (docs/datasets.md).
 
 faultfinder dataset convert who_and_when --out who_and_when.jsonl
 faultfinder dataset export --database sqlite+aiosqlite:///faultfinder.db --out mine.jsonl
@@ -16,7 +17,7 @@ import anyio
 import click
 from rich.console import Console
 
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     SPEC_HELP,
     BenchmarkRecord,
     DatasetError,
@@ -25,18 +26,10 @@ from faultfinder.benchmarks.datasets import (
     resolve_datasets_dir,
     write_records,
 )
-from faultfinder.benchmarks.options import datasets_dir_option
+from faultfinder.datasets.options import datasets_dir_option
 from faultfinder.server.progress import Progress
 
-__all__ = ["dataset_group"]
-
-
-@click.group("dataset")
-def dataset_group() -> None:
-    """Labelled runs in the generic format: convert datasets, export a sidecar's labels.
-
-    The format is JSON Lines of faultfinder's own trajectories with explicit step roles
-    and the label (docs/datasets.md)."""
+__all__ = ["check", "convert", "export"]
 
 
 def _write(records: Iterable[BenchmarkRecord], out: Path | None, total: int | None) -> int:
@@ -70,7 +63,7 @@ _OUT = click.option(
 )
 
 
-@dataset_group.command(
+@click.command(
     "convert", help=f"Convert SPEC's labelled records to the generic format. SPEC: {SPEC_HELP}."
 )
 @click.argument("spec")
@@ -86,7 +79,7 @@ def convert(spec: str, out: Path | None, datasets_dir: Path | None) -> None:
     click.echo(f"wrote {written} records" + (f" to {out}" if out else ""), err=True)
 
 
-@dataset_group.command("export")
+@click.command("export")
 @click.option(
     "--database",
     "database_url",
@@ -98,7 +91,7 @@ def convert(spec: str, out: Path | None, datasets_dir: Path | None) -> None:
 def export(database_url: str, out: Path | None) -> None:
     """Export a sidecar database's labelled runs (people's labels and injected failures):
     each run's trajectory as the attributors see it, with its newest label."""
-    from faultfinder.benchmarks.labelled import LabelledRunsError, labelled_records
+    from faultfinder.datasets.labelled import LabelledRunsError, labelled_records
 
     try:
         labelled = anyio.run(lambda: labelled_records(database_url))
@@ -110,13 +103,13 @@ def export(database_url: str, out: Path | None) -> None:
     click.echo(f"wrote {written} labelled runs" + (f" to {out}" if out else ""), err=True)
 
 
-@dataset_group.command("check")
+@click.command("check")
 @click.argument("spec")
 @datasets_dir_option
 def check(spec: str, datasets_dir: Path | None) -> None:
     """Read every record of SPEC and print what it holds: records per subset, label
     sources, error modes, steps by role. Exits non-zero on the first invalid record."""
-    from faultfinder.benchmarks.datasets import step_role
+    from faultfinder.datasets import step_role
 
     subsets: Counter[str] = Counter()
     sources: Counter[str] = Counter()

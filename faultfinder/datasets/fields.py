@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from faultfinder.benchmarks.datasets.records import DatasetError
+from faultfinder.datasets.records import DatasetError
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

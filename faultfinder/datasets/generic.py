@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.benchmarks.datasets.fields import Fields, shown, type_name
-from faultfinder.benchmarks.datasets.records import BenchmarkRecord, DatasetError, GoldLabel
+from faultfinder.datasets.fields import Fields, shown, type_name
+from faultfinder.datasets.records import BenchmarkRecord, DatasetError, GoldLabel
 
 __all__ = [
     "GENERIC_FORMAT",

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from sqlalchemy import inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel
+from faultfinder.datasets import BenchmarkRecord, GoldLabel
 from faultfinder.server.attribution import without_gold
-from faultfinder.server.db.engine import create_engine
-from faultfinder.server.store import LabelStore, SpanStore
+from faultfinder.server.composition import span_store_for
+from faultfinder.server.db.engine import create_engine, database_url
+from faultfinder.server.store import LabelStore
+from faultfinder.server.store.tables import LABELS
 from faultfinder.server.trajectories import load_trajectory
 
 __all__ = ["DATABASE_DATASET", "LabelledRuns", "LabelledRunsError", "labelled_records"]
@@ -32,6 +36,26 @@ LIVE_SUBSET = "live"
 
 class LabelledRunsError(RuntimeError):
     """The database cannot be read as a faultfinder database."""
+
+
+def _shown(url: str) -> str:
+    return repr(database_url(url).render_as_string(hide_password=True))
+
+
+def _require_existing_file(url: str) -> None:
+    """Refuse a SQLite URL naming no file, before opening it would create an empty one (a
+    relative path is read from the current folder, easily the wrong one)."""
+    parsed = database_url(url)
+    where = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not where or where == ":memory:":
+        return
+    path = Path(where)
+    if not path.is_file():
+        raise LabelledRunsError(
+            f"no database at {path.resolve()} ({_shown(url)}; a relative path is read from "
+            f"the current folder, {Path.cwd()}): run from the sidecar's folder or give the "
+            "file's absolute path, sqlite+aiosqlite:////path/to/faultfinder.db"
+        )
 
 
 @dataclass
@@ -48,15 +72,24 @@ async def labelled_records(
 
     `on_run(done, total)` is called after each labelled run.
     """
+    _require_existing_file(database_url)
     engine = create_engine(database_url)
     out = LabelledRuns()
     try:
-        store = SpanStore(engine)
+        store = span_store_for(engine)
         try:
+            async with engine.connect() as conn:
+                tables = await conn.run_sync(lambda sync: set(inspect(sync).get_table_names()))
+            if LABELS.name not in tables:
+                raise LabelledRunsError(
+                    f"{_shown(database_url)} is not a faultfinder database (it has no "
+                    f"`{LABELS.name}` table): name the sidecar's own database, or create its "
+                    "schema with `faultfinder db upgrade`"
+                )
             labels = await LabelStore(engine).latest_by_run()
         except SQLAlchemyError as exc:
             raise LabelledRunsError(
-                f"cannot read labels from {database_url!r} (is it a faultfinder database,"
+                f"cannot read labels from {_shown(database_url)} (is it a faultfinder database,"
                 f" migrated with `faultfinder db upgrade`?): {exc.__class__.__name__}: "
                 f"{str(exc).splitlines()[0]}"
             ) from None

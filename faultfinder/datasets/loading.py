@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultfinder.benchmarks.datasets.generic import load_generic_file
-from faultfinder.benchmarks.datasets.records import (
+from faultfinder.datasets.generic import load_generic_file
+from faultfinder.datasets.records import (
     DATASETS_DIR_ENV,
     WHO_AND_WHEN,
     WHO_AND_WHEN_PRO,
@@ -23,13 +23,13 @@ from faultfinder.benchmarks.datasets.records import (
     UnknownDatasetError,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.datasets.who_and_when import (
+from faultfinder.datasets.who_and_when import (
     WHO_AND_WHEN_FOLDERS,
     load_who_and_when_format_record,
     load_who_and_when_record,
     record_number,
 )
-from faultfinder.benchmarks.datasets.who_and_when_pro import (
+from faultfinder.datasets.who_and_when_pro import (
     PRO_TRACES,
     load_who_and_when_pro_record,
 )

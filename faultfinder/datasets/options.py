@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from faultfinder.benchmarks.datasets import DATASETS_DIR_ENV
+from faultfinder.datasets import DATASETS_DIR_ENV
 
 __all__ = ["FROM_DATABASE_HELP", "datasets_dir_option", "from_database_option"]
 

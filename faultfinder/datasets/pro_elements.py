@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from faultfinder.benchmarks.datasets.fields import Fields
+from faultfinder.datasets.fields import Fields
 
 
 @dataclass(frozen=True)

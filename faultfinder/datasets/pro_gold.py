@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from faultfinder.benchmarks.datasets.fields import Fields, shown
-from faultfinder.benchmarks.datasets.pro_elements import ProElement, int_or_none
+from faultfinder.datasets.fields import Fields, shown
+from faultfinder.datasets.pro_elements import ProElement, int_or_none
 
 
 def pro_gold_step(

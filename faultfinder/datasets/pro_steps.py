@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from faultfinder.attributors.model import Step, StepKind, StepStatus
-from faultfinder.benchmarks.datasets.pro_elements import ProElement, as_text
+from faultfinder.datasets.pro_elements import ProElement, as_text
 
 SINGLE_AGENT_NAME = "agent"
 """The one agent of a single-agent framework, as the release scores it."""

@@ -14,13 +14,13 @@ becomes one step per call: the system prompt (`system`), the customer's turns (`
 blameable: the customer is simulated and part of the system under test), the assistant's
 turns and calls (`agent` "assistant") and each tool's reply (`tool`).
 
-    python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --labels L.jsonl \
+    python -m faultfinder.datasets.tau_bench RESULTS.json --labels L.jsonl \
         --framework tau-bench-airline --out F.jsonl
-    python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --packets DIR
-    python -m faultfinder.benchmarks.datasets.tau_bench RESULTS.json --instructions F.jsonl \
+    python -m faultfinder.datasets.tau_bench RESULTS.json --packets DIR
+    python -m faultfinder.datasets.tau_bench RESULTS.json --instructions F.jsonl \
         --out G.jsonl
-    python -m faultfinder.benchmarks.datasets.tau_bench --folded F.jsonl --out G.jsonl
-    python -m faultfinder.benchmarks.datasets.tau_bench --who-and-when F.jsonl --out DIR
+    python -m faultfinder.datasets.tau_bench --folded F.jsonl --out G.jsonl
+    python -m faultfinder.datasets.tau_bench --who-and-when F.jsonl --out DIR
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from faultfinder.benchmarks.datasets.generic import GENERIC_FORMAT
-from faultfinder.benchmarks.datasets.records import DatasetError
+from faultfinder.datasets.generic import GENERIC_FORMAT
+from faultfinder.datasets.records import DatasetError
 
 __all__ = [
     "AGENT",

@@ -16,9 +16,9 @@ run, the model calls are its `llm` steps in order and the customer's later turns
 A label on the customer's first turn (the run's task, no step of a live run) or one whose
 step the sidecar's trajectory does not show is reported and left out, never guessed.
 
-    python -m faultfinder.benchmarks.datasets.tau_bench_live label RECORDS REPLAYED \
+    python -m faultfinder.datasets.tau_bench_live label RECORDS REPLAYED \
         --sidecar http://127.0.0.1:4318
-    python -m faultfinder.benchmarks.datasets.tau_bench_live name EXPORTED RECORDS --out F \
+    python -m faultfinder.datasets.tau_bench_live name EXPORTED RECORDS --out F \
         [--suffix live]
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from faultfinder.benchmarks.datasets.tau_bench import write_lines
+from faultfinder.datasets.tau_bench import write_lines
 
 __all__ = ["live_steps", "name_exported"]
 

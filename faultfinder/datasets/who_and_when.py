@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.datasets.fields import Fields, read_json_object, type_name
-from faultfinder.benchmarks.datasets.records import (
+from faultfinder.datasets.fields import Fields, read_json_object, type_name
+from faultfinder.datasets.records import (
     WHO_AND_WHEN,
     BenchmarkRecord,
     DatasetError,
@@ -99,7 +99,7 @@ def load_who_and_when_format_record(path: Path, subset: str) -> BenchmarkRecord:
 
 
 # A call as a turn's last words: `lookup({"city": "Oslo"})` or `lookup()`, the way the
-# GenAI messages render tool calls (`server.otlp.messages.tool_call_text`).
+# GenAI messages render tool calls (`reading.messages.tool_call_text`).
 _CALL_NAME = re.compile(r"(?:^|(?<=\s))[A-Za-z_][\w.-]*\(")
 _NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
 _CALLS_TRIED = 4

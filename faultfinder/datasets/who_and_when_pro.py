@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from faultfinder.attributors.model import StepKind, Trajectory
-from faultfinder.benchmarks.datasets.fields import Fields, read_json_object
-from faultfinder.benchmarks.datasets.pro_elements import ProElement, as_text, pro_elements
-from faultfinder.benchmarks.datasets.pro_gold import pro_gold_step
-from faultfinder.benchmarks.datasets.pro_steps import SINGLE_AGENT_NAME, pro_step
-from faultfinder.benchmarks.datasets.records import WHO_AND_WHEN_PRO, BenchmarkRecord, GoldLabel
+from faultfinder.datasets.fields import Fields, read_json_object
+from faultfinder.datasets.pro_elements import ProElement, as_text, pro_elements
+from faultfinder.datasets.pro_gold import pro_gold_step
+from faultfinder.datasets.pro_steps import SINGLE_AGENT_NAME, pro_step
+from faultfinder.datasets.records import WHO_AND_WHEN_PRO, BenchmarkRecord, GoldLabel
 
 PRO_TRACES = Path(WHO_AND_WHEN_PRO) / "data" / "traces"
 """Where the release's traces are under the datasets root."""

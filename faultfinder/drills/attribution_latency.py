@@ -27,9 +27,10 @@ import click
 import httpx
 from rich.console import Console
 
-from faultfinder.benchmarks.ingest import percentile
-from faultfinder.benchmarks.otlp_traces import prepare_requests, traces_url
-from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.drills.ingest import percentile
+from faultfinder.drills.otlp_traces import prepare_requests
+from faultfinder.evaluation.replay.otlp_http import traces_url
+from faultfinder.evaluation.sidecar import SidecarProcess
 from faultfinder.server.progress import Progress
 
 POLL_S = 0.002

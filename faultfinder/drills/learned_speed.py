@@ -1,6 +1,6 @@
 """Speed of the `learned` attributor and the online auditor on the longest Who&When run.
 
-`python -m faultfinder.benchmarks.learned_speed` prints median and p95 latency; the
+`python -m faultfinder.drills.learned_speed` prints median and p95 latency; the
 budget is 50 ms for one attribution of a 130-step run.
 """
 
@@ -15,8 +15,8 @@ import click
 from faultfinder.attributors.auditor import Auditor
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.learned import LearnedAttributor, default_model
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
-from faultfinder.benchmarks.options import datasets_dir_option
+from faultfinder.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.datasets.options import datasets_dir_option
 
 BUDGET_MS = 50.0
 

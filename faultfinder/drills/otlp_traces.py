@@ -1,11 +1,9 @@
-"""Realistic multi-agent OTLP traces, encoded ahead of time for `faultfinder bench ingest`,
-and what the benchmarks' OTLP/HTTP clients share (content types, the endpoint's URL,
-Retry-After)."""
+"""Realistic multi-agent OTLP traces, encoded ahead of time for `faultfinder bench ingest`
+and the drills (what every OTLP/HTTP client shares is in
+`faultfinder.evaluation.replay.otlp_http`)."""
 
 from __future__ import annotations
 
-import datetime
-import email.utils
 import functools
 import gzip as gzip_codec
 import json
@@ -24,15 +22,11 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from faultfinder import conventions as c
+from faultfinder.evaluation.replay.otlp_http import JSON_CONTENT_TYPE, PROTOBUF_CONTENT_TYPE
 from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 
-OTLP_TRACES_PATH = "/v1/traces"
-"""Path of the OTLP/HTTP traces endpoint, relative to the server's base URL."""
-PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
-JSON_CONTENT_TYPE = "application/json"
-
 BENCH_SERVICE_NAME = "faultfinder-bench-agents"
-_SCOPE = InstrumentationScope("faultfinder.benchmarks.otlp_traces", "0.1.0")
+_SCOPE = InstrumentationScope("faultfinder.drills.otlp_traces", "0.1.0")
 
 
 class BodyFormat(StrEnum):
@@ -44,28 +38,6 @@ class BodyFormat(StrEnum):
     @property
     def content_type(self) -> str:
         return PROTOBUF_CONTENT_TYPE if self is BodyFormat.PROTOBUF else JSON_CONTENT_TYPE
-
-
-def traces_url(base: str) -> str:
-    """`<base>/v1/traces`, unless `base` already names the traces endpoint."""
-    base = base.rstrip("/")
-    return base if base.endswith(OTLP_TRACES_PATH) else base + OTLP_TRACES_PATH
-
-
-def retry_after_seconds(value: str | None, *, default: float, cap: float = 60.0) -> float:
-    """Seconds to wait per a `Retry-After` header (delay-seconds or HTTP date), capped."""
-    if not value:
-        return default
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), cap)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return default
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    return min(max(when.timestamp() - time.time(), 0.0), cap)
 
 
 # --- SDK spans ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Span store write speed: durable spans per second on SQLite and PostgreSQL.
 
-    python -m faultfinder.benchmarks.store_speed --spans 50000 --batch 100 --batch 1000
+    python -m faultfinder.drills.store_speed --spans 50000 --batch 100 --batch 1000
 
 Writes synthetic multi-agent runs (LLM and tool spans with message-sized attributes)
 through `SpanStore.write_spans`, one transaction per batch, into a fresh SQLite file
@@ -24,11 +24,11 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from faultfinder import conventions as c
+from faultfinder.reading.model import SpanEvent, SpanRecord, StatusCode
+from faultfinder.server.composition import span_store_for
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
-from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
 from faultfinder.server.progress import Progress
-from faultfinder.server.store import SpanStore
 
 SPANS_PER_RUN = 20
 AGENTS = ("planner", "coder", "reviewer", "executor")
@@ -76,7 +76,7 @@ async def measure(database_url: str, n_spans: int, batch: int, progress: Progres
     """Spans per second written durably through one store into `database_url`."""
     upgrade(database_url, show_progress=False)
     engine = create_engine(database_url)
-    store = SpanStore(engine)
+    store = span_store_for(engine)
     spans = list(synthetic_spans(n_spans, uuid.uuid4().hex))
     name = make_url(database_url).get_backend_name()
     task = progress.add_task(f"{name} batch {batch}", total=n_spans)

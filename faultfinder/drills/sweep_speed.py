@@ -1,6 +1,6 @@
 """Many tiny runs: does the run lifecycle keep up with the span writer on one database?
 
-    python -m faultfinder.benchmarks.sweep_speed --database-url sqlite+aiosqlite:///x.db
+    python -m faultfinder.drills.sweep_speed --database-url sqlite+aiosqlite:///x.db
 
 In one process, as in the sidecar: a writer stores 6-span runs (`ChaosTraffic`, as
 `faultfinder bench chaos` sends them) through `SpanStore.write_spans` as fast as the
@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 
 import click
 
-from faultfinder.benchmarks.chaos import ChaosTraffic
+from faultfinder.drills.chaos import ChaosTraffic
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server import lifecycle
+from faultfinder.server.composition import span_store_for
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.otlp.decode import decode_protobuf
-from faultfinder.server.otlp.model import SpanRecord
-from faultfinder.server.store import JobQueue, RunStatus, SpanStore
+from faultfinder.server.store import JobQueue, RunStatus
 
 
 @dataclass
@@ -70,7 +71,8 @@ async def measure(
     runs_per_second: float | None = None,
 ) -> SweepFigures:
     engine = create_engine(database_url)
-    store, jobs = SpanStore(engine), JobQueue(engine)
+    store = span_store_for(engine)
+    jobs = JobQueue(engine, record_attribution=store.record_attribution)
     traffic = ChaosTraffic(steps_per_run=5, runs_per_request=runs_per_write, failed_interval_s=1)
 
     def batch() -> list[SpanRecord]:

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from faultfinder.attributors.learned import StepModel
-from faultfinder.attributors.learned.training import (
+from faultfinder.attributors.model import Trajectory
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.training import (
     DEFAULT_GRID,
     FeatureCache,
     ModelConfig,
@@ -24,8 +26,6 @@ from faultfinder.attributors.learned.training import (
     record_folds,
     tune_and_fit,
 )
-from faultfinder.attributors.model import Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord
 
 __all__ = ["FoldModels", "build_fold_models"]
 

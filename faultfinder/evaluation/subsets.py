@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.datasets import BenchmarkRecord
 
 __all__ = [
     "FIXED_FRACTION",

@@ -27,20 +27,21 @@ from rich.console import Console
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.heuristics import FirstError
 from faultfinder.attributors.learned import LearnedAttributor
-from faultfinder.attributors.learned.training import FeatureCache, TrainingOptions, tune_and_fit
 from faultfinder.attributors.model import Attribution
 from faultfinder.attributors.scoring import score_attribution
-from faultfinder.benchmarks.cv import CVSettings, cross_validate, framework_of
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     SPEC_HELP,
     BenchmarkRecord,
     DatasetError,
     load_dataset,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.options import datasets_dir_option
-from faultfinder.benchmarks.run import attribution_progress
-from faultfinder.benchmarks.train import require_training_packages
+from faultfinder.datasets.options import datasets_dir_option
+from faultfinder.evaluation.run import attribution_progress
+from faultfinder.evaluation.run.cv.crossval import cross_validate
+from faultfinder.evaluation.run.cv.folds import CVSettings, framework_of
+from faultfinder.training import FeatureCache, TrainingOptions, tune_and_fit
+from faultfinder.training.command import require_training_packages
 
 __all__ = ["transfer", "transfer_command"]
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from faultfinder.benchmarks.injection.context import Injected, InjectionContext, shown_reply
-from faultfinder.benchmarks.injection.exchanges import reply_text, reply_tool_calls, with_message
-from faultfinder.benchmarks.injection.figures import (
+from faultfinder.injection.context import Injected, InjectionContext, shown_reply
+from faultfinder.injection.exchanges import reply_text, reply_tool_calls, with_message
+from faultfinder.injection.figures import (
     ENTITY,
     NUMBER,
     STOP_ENTITIES,

@@ -1,4 +1,5 @@
-"""`faultfinder inject`: labelled failures made from a team's own successful runs.
+"""`faultfinder inject run` and `faultfinder inject proxy` (the group is
+`faultfinder.cli.inject`): labelled failures made from a team's own successful runs.
 
     faultfinder inject run --program "python team.py" --tasks tasks.jsonl \\
         --framework langgraph --upstream http://127.0.0.1:8080/v1 --out inject-out/
@@ -16,8 +17,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from faultfinder.benchmarks.injection.grading import Grader, GraderError
-from faultfinder.benchmarks.injection.harness import (
+from faultfinder.evaluation.run.models import terminate_cleanly
+from faultfinder.injection.grading import Grader, GraderError
+from faultfinder.injection.harness import (
     AttemptPlan,
     HarnessSettings,
     InjectionHarness,
@@ -25,20 +27,11 @@ from faultfinder.benchmarks.injection.harness import (
     read_lines,
     read_tasks,
 )
-from faultfinder.benchmarks.injection.injectors import MODES
-from faultfinder.benchmarks.injection.proxy import ReplayProxy
-from faultfinder.benchmarks.run.models import terminate_cleanly
+from faultfinder.injection.injectors import MODES
+from faultfinder.injection.proxy import ReplayProxy
 from faultfinder.server.progress import Progress
 
-__all__ = ["inject_group"]
-
-
-@click.group("inject")
-def inject_group() -> None:
-    """Labelled failures from your own successful runs (controlled failure injection).
-
-    Replay a successful run's exact prefix, plant one flaw of a chosen error mode, let the
-    agents continue live, keep what fails."""
+__all__ = ["proxy_command", "run_command"]
 
 
 def _modes(value: str) -> tuple[str, ...]:
@@ -52,7 +45,7 @@ def _modes(value: str) -> tuple[str, ...]:
     return modes
 
 
-@inject_group.command("run")
+@click.command("run")
 @click.option("--program", required=True, help="The agent program's command line (task on stdin,"
               " final answer as the last line of stdout).")  # fmt: skip
 @click.option(
@@ -187,7 +180,7 @@ def _inject(harness: InjectionHarness, progress: Progress) -> None:
     progress.console.print(f"injection attempts done in {time.monotonic() - started:.0f} s")
 
 
-@inject_group.command("proxy")
+@click.command("proxy")
 @click.option("--upstream", required=True, envvar="OPENAI_BASE_URL",
               help="The model endpoint, ending in /v1 ($OPENAI_BASE_URL).")  # fmt: skip
 @click.option("--api-key", envvar="OPENAI_API_KEY", default="none", show_default=True)

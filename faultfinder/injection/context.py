@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from faultfinder.benchmarks.injection.exchanges import reply_text, reply_tool_calls
+from faultfinder.injection.exchanges import reply_text, reply_tool_calls
 
 __all__ = ["MODES", "Injected", "InjectionContext", "Injector", "eligible_calls", "shown_reply"]
 

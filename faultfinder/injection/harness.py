@@ -33,11 +33,12 @@ from typing import Any
 import httpx
 
 from faultfinder.attributors.model import Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel, dump_record
-from faultfinder.benchmarks.injection.exchanges import Recording, reply_text
-from faultfinder.benchmarks.injection.files import Task, append_line, read_lines, read_tasks
-from faultfinder.benchmarks.injection.grading import Grader, final_line
-from faultfinder.benchmarks.injection.injectors import (
+from faultfinder.datasets import dump_record
+from faultfinder.evaluation.sidecar import SidecarProcess
+from faultfinder.injection.exchanges import Recording, reply_text
+from faultfinder.injection.files import Task, append_line, read_lines, read_tasks
+from faultfinder.injection.grading import Grader, final_line
+from faultfinder.injection.injectors import (
     MODES,
     Injected,
     InjectionContext,
@@ -46,16 +47,16 @@ from faultfinder.benchmarks.injection.injectors import (
     deterministic_injectors,
     eligible_calls,
 )
-from faultfinder.benchmarks.injection.locate import LocatedStep, locate_injected_step
-from faultfinder.benchmarks.injection.planning import (
+from faultfinder.injection.labelling import KeptFailure
+from faultfinder.injection.locate import LocatedStep, locate_injected_step
+from faultfinder.injection.planning import (
     OUTCOMES,
     AttemptPlan,
     corpus_counts,
     spread_attempts,
 )
-from faultfinder.benchmarks.injection.proxy import ReplayProxy, Session
-from faultfinder.benchmarks.injection.sidecar_api import SidecarAPI
-from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.injection.proxy import ReplayProxy, Session
+from faultfinder.injection.sidecar_api import SidecarAPI
 
 __all__ = [
     "OUTCOMES",
@@ -68,9 +69,6 @@ __all__ = [
     "read_lines",
     "read_tasks",
 ]
-
-INJECTED_DATASET = "faultfinder-injected"
-"""`dataset` of the records the harness writes."""
 
 
 @dataclass(frozen=True)
@@ -281,7 +279,7 @@ class InjectionHarness:
             if injector.mode in self.settings.modes:
                 chosen[injector.mode] = injector
         if self.settings.llm_injector:
-            from faultfinder.benchmarks.injection.injectors import LLM_MODES
+            from faultfinder.injection.injectors import LLM_MODES
 
             for mode in LLM_MODES:
                 if mode in self.settings.modes and mode not in chosen:
@@ -445,47 +443,20 @@ class InjectionHarness:
         if found.step is None:
             line["unmapped"] = found.why
             return "unmapped"
-        step = trajectory.steps[found.step]
-        details = {
-            "mode": plan.mode,
-            "model_call": plan.call,
-            "injector": injected.injector,
-            "how": injected.how,
-            "original": injected.original,
-            "injected": injected.injected,
-            "task_id": task.id,
-            "framework": self.settings.framework,
-            "crashed": crashed,
-            "recorded_run": recording.info.get("run_id"),
-        }
-        label = {
-            "agent": step.agent,
-            "step": found.step,
-            "reason": reason,
-            "author": "faultfinder inject",
-            "mode": plan.mode,
-            "source": "injected",
-            "details": details,
-        }
-        self.sidecar.label(invocation.run_id, label)
-        record = BenchmarkRecord(
-            dataset=INJECTED_DATASET,
-            subset=self.settings.framework,
-            record_id=f"{self.settings.framework}/{plan.key}",
-            trajectory=trajectory.model_copy(
-                update={
-                    "metadata": {**trajectory.metadata, "framework": self.settings.framework},
-                    "ground_truth": task.answer,
-                    "final_answer": invocation.final or trajectory.final_answer,
-                }
-            ),
-            gold=GoldLabel(
-                agent=step.agent, step=found.step, reason=reason, mode=plan.mode, source="injected"
-            ),
-            details=details,
+        kept = KeptFailure(
+            task=task,
+            plan=plan,
+            framework=self.settings.framework,
+            injected=injected,
+            reason=reason,
+            crashed=crashed,
+            recorded_run=recording.info.get("run_id"),
         )
+        self.sidecar.label(invocation.run_id, kept.label(trajectory, found.step))
+        record = kept.record(trajectory, found.step, invocation.final)
         with self.injected_path.open("a", encoding="utf-8") as handle:
             handle.write(dump_record(record) + "\n")
+        step = trajectory.steps[found.step]
         line["label_step"] = found.step
         line["label_agent"] = step.agent
         return "kept"

@@ -11,13 +11,13 @@ the original, keep valid tool calls, and not contain the correct answer.
 
 from __future__ import annotations
 
-from faultfinder.benchmarks.injection.call_injectors import (
+from faultfinder.injection.call_injectors import (
     _ArgumentInjector,
     _DelegationInjector,
     _PrematureInjector,
     _RepeatInjector,
 )
-from faultfinder.benchmarks.injection.context import (
+from faultfinder.injection.context import (
     MODES,
     Injected,
     InjectionContext,
@@ -25,8 +25,8 @@ from faultfinder.benchmarks.injection.context import (
     eligible_calls,
     shown_reply,
 )
-from faultfinder.benchmarks.injection.llm_injector import LLM_MODES, LLMInjector
-from faultfinder.benchmarks.injection.text_injectors import (
+from faultfinder.injection.llm_injector import LLM_MODES, LLMInjector
+from faultfinder.injection.text_injectors import (
     _NumberInjector,
     _ReasoningInjector,
     _WithholdInjector,

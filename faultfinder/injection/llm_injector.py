@@ -7,9 +7,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from faultfinder.benchmarks.injection.context import MODES, Injected, InjectionContext
-from faultfinder.benchmarks.injection.exchanges import reply_text, reply_tool_calls, with_message
-from faultfinder.benchmarks.injection.figures import NUMBER, values_in
+from faultfinder.injection.context import MODES, Injected, InjectionContext
+from faultfinder.injection.exchanges import reply_text, reply_tool_calls, with_message
+from faultfinder.injection.figures import NUMBER, values_in
 
 __all__ = ["LLM_MODES", "MAX_GROWTH", "LLMInjector"]
 

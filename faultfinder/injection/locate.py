@@ -6,7 +6,7 @@ import difflib
 from dataclasses import dataclass
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.injection.injectors import Injected
+from faultfinder.injection.injectors import Injected
 
 __all__ = ["LocatedStep", "locate_injected_step"]
 

@@ -22,7 +22,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from faultfinder.benchmarks.injection.exchanges import (
+from faultfinder.injection.exchanges import (
     Exchange,
     Recording,
     canonical_request,
@@ -87,10 +87,21 @@ class Session:
 class ReplayProxy:
     """The proxy's sessions and its HTTP app (see the module's docstring)."""
 
-    def __init__(self, upstream: str, *, api_key: str = "none", record_dir: Path | None = None):
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        api_key: str = "none",
+        record_dir: Path | None = None,
+        sampling: Mapping[str, Any] | None = None,
+    ):
         self.upstream = upstream.rstrip("/")
         self.api_key = api_key
         self.record_dir = record_dir
+        self.sampling = dict(sampling or {})
+        """Fields set on every request forwarded to the model, over the program's own
+        (`faultfinder verify` decodes at temperature 0); replayed requests are compared
+        as the program sent them."""
         self._sessions: dict[str, Session] = {}
         self._registry = threading.Lock()
         self._ids = itertools.count(1)
@@ -144,6 +155,7 @@ class ReplayProxy:
         if self._client is None:  # pragma: no cover - set while serving
             raise RuntimeError("the proxy is not serving")
         whole = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        whole.update(self.sampling)
         try:
             answer = await self._client.post(
                 f"{self.upstream}/chat/completions",

@@ -1,5 +1,5 @@
-"""The sidecar's HTTP API as the injection harness uses it: new runs, verdicts,
-trajectories and labels."""
+"""The sidecar's HTTP API as the injection harness and `faultfinder verify` use it: new
+runs, verdicts, trajectories, labels and verifications."""
 
 from __future__ import annotations
 
@@ -60,6 +60,22 @@ class SidecarAPI:
     def label(self, run_id: str, body: Mapping[str, Any]) -> None:
         answer = self.http.post(f"/api/runs/{quote(run_id, safe='')}/labels", json=dict(body))
         answer.raise_for_status()
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """The run as `GET /api/runs/{id}` gives it: trajectory, attributions, outcome."""
+        answer = self.http.get(f"/api/runs/{quote(run_id, safe='')}")
+        answer.raise_for_status()
+        body: dict[str, Any] = answer.json()
+        return body
+
+    def post_verification(self, run_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a counterfactual verification; returns the attribution it became."""
+        answer = self.http.post(
+            f"/api/runs/{quote(run_id, safe='')}/verifications", json=dict(body)
+        )
+        answer.raise_for_status()
+        stored: dict[str, Any] = answer.json()
+        return stored
 
     def close(self) -> None:
         self.http.close()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from faultfinder.benchmarks.injection.context import Injected, InjectionContext
-from faultfinder.benchmarks.injection.exchanges import reply_text, reply_tool_calls, with_message
-from faultfinder.benchmarks.injection.figures import (
+from faultfinder.injection.context import Injected, InjectionContext
+from faultfinder.injection.exchanges import reply_text, reply_tool_calls, with_message
+from faultfinder.injection.figures import (
     ENTITY,
     STOP_ENTITIES,
     WORD,

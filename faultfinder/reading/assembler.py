@@ -29,15 +29,16 @@ Rules (pure, and independent of the order in which spans arrived):
    one author's name (`create_react_agent(name=…)` names them so) is that author: the
    name the user gave the agent, not the prebuilt graph's node (`agent`). The nodes of
    an unnamed LangChain `create_agent` run on its own (`model`, `tools`) are `agent`.
-6. **Run facts.** `faultfinder.server.run_facts`.
-7. **The user's later turns.** A model call whose input carries the conversation so far
-   shows the turns the user took after the model answered (`MappedSpan.later_user_turns`).
-   Each such turn that answers what a step of this run said, and that no earlier step
-   recorded, becomes a `human` step of agent `user`, placed before the first model call
-   that saw it. A turn that follows an assistant message no step said (few-shot
-   demonstrations in a prompt, an earlier run's answer) is not this run's; one that
-   repeats what a step before it said (a tool's report or another agent's message fed
-   back in the user's role, as ReAct loops and group chats do) is not the user's.
+6. **Run facts.** `faultfinder.reading.trajectory_facts`.
+7. **The user's later turns** (`model_inputs.py`). A model call whose input carries the
+   conversation so far shows the turns the user took after the model answered
+   (`MappedSpan.later_user_turns`). Each such turn that answers what a step of this run
+   said, and that no earlier step recorded, becomes a `human` step of agent `user`,
+   placed before the first model call that saw it. A turn that follows an assistant
+   message no step said (few-shot demonstrations in a prompt, an earlier run's answer)
+   is not this run's; one that repeats what a step before it said (a tool's report or
+   another agent's message fed back in the user's role, as ReAct loops and group chats
+   do) is not the user's.
 8. **A tool no span recorded.** A model call whose input carries the conversation so far
    shows the tools' reports on the calls made before it (`MappedSpan.tool_reports`).
    Where the run records no step of that tool (an instrumentation that records model
@@ -58,29 +59,38 @@ Rules (pure, and independent of the order in which spans arrived):
     put on the span they name before anything else (`_log_events_on_their_spans`); a
     model call that finished to call tools but whose output records no call reads as the
     tool calls that followed it.
+12. **An agent whose span never arrived.** The spans whose parent never arrived (the
+    steps of a smolagents agent whose run an exception escaped) are the agent a model
+    call beneath them names (a managed agent's task: `folding.lost_agents_named`).
 """
 
 from __future__ import annotations
 
 import bisect
-import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from faultfinder import conventions as c
-from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.server.otlp.mapping import MappedSpan, as_text, is_log_events_carrier, map_span
-from faultfinder.server.otlp.messages import upper
-from faultfinder.server.otlp.model import SpanRecord
-from faultfinder.server.otlp.shapes import without_method
-from faultfinder.server.run_facts import trajectory_with_facts
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.reading.folding import (
+    events_into_their_spans,
+    lost_agents_named,
+    nodes_as_their_authors,
+    one_record_per_tool_call,
+    workflow_turns,
+)
+from faultfinder.reading.mapping import MappedSpan, as_text, is_log_events_carrier, map_span
+from faultfinder.reading.messages import upper
+from faultfinder.reading.model import SpanRecord
+from faultfinder.reading.model_inputs import with_steps_from_model_inputs
+from faultfinder.reading.shapes import without_method
+from faultfinder.reading.span_tree import SpanKey, ancestors, span_key
+from faultfinder.reading.trajectory_facts import trajectory_with_facts
 
 __all__ = ["assemble_trajectory"]
 
-_SpanKey = tuple[str, str]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -89,23 +99,24 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
     ordered = sorted(_log_events_on_their_spans(_deduplicated(spans)).values(), key=_time_key)
     if not ordered:
         return Trajectory(run_id=run_id, metadata={"span_count": 0})
-    by_key = {_key(span): span for span in ordered}
+    by_key = {span_key(span): span for span in ordered}
     parent_of = {
-        _key(span): (span.trace_id, span.parent_span_id)
+        span_key(span): (span.trace_id, span.parent_span_id)
         for span in ordered
         if span.parent_span_id is not None and (span.trace_id, span.parent_span_id) in by_key
     }
-    mapped = _one_record_per_tool_call(
-        ordered, parent_of, {_key(span): map_span(span) for span in ordered}
+    mapped = one_record_per_tool_call(
+        ordered, parent_of, {span_key(span): map_span(span) for span in ordered}
     )
-    mapped = _events_into_their_spans(ordered, parent_of, mapped)
-    mapped = _nodes_as_their_authors(mapped)
-    mapped = _workflow_turns(ordered, parent_of, mapped)
+    mapped = events_into_their_spans(ordered, parent_of, mapped)
+    mapped = nodes_as_their_authors(mapped)
+    mapped = workflow_turns(ordered, parent_of, mapped)
+    mapped = lost_agents_named(ordered, parent_of, mapped)
     root = _run_root(ordered, parent_of)
 
     step_spans = _step_spans(ordered, parent_of, mapped, root)
-    if step_spans and all(mapped[_key(span)].step_index is not None for span in step_spans):
-        step_spans.sort(key=lambda span: (mapped[_key(span)].step_index, *_time_key(span)))
+    if step_spans and all(mapped[span_key(span)].step_index is not None for span in step_spans):
+        step_spans.sort(key=lambda span: (mapped[span_key(span)].step_index, *_time_key(span)))
     else:
         _turns_at_their_end(step_spans, parent_of, mapped)
 
@@ -115,18 +126,24 @@ def assemble_trajectory(run_id: str, spans: Sequence[SpanRecord]) -> Trajectory:
                 _step(position, span, mapped, parent_of, by_key)
                 for position, span in enumerate(step_spans)
             ),
-            [mapped[_key(span)] for span in step_spans],
+            [mapped[span_key(span)] for span in step_spans],
         )
     )
     # A tool's arguments are never the user's text: the first step that is not a tool's.
     first_step_facts = next(
-        (facts for span in step_spans if (facts := mapped[_key(span)]).kind is not StepKind.TOOL),
+        (
+            facts
+            for span in step_spans
+            if (facts := mapped[span_key(span)]).kind is not StepKind.TOOL
+        ),
         None,
     )
     trajectory = trajectory_with_facts(
-        run_id, ordered, root, mapped[_key(root)], first_step_facts, step_spans, steps
+        run_id, ordered, root, mapped[span_key(root)], first_step_facts, step_spans, steps
     )
-    with_turns = _with_steps_from_model_inputs(steps, step_spans, mapped)
+    with_turns = with_steps_from_model_inputs(
+        steps, [mapped[span_key(span)] for span in step_spans]
+    )
     if trajectory.metadata.get("simulated_user"):
         # The simulated user is one of the system's participants (rule 9).
         roster = [step.agent for step in with_turns if step.kind not in _NOT_PARTICIPANTS]
@@ -141,161 +158,30 @@ _NOT_PARTICIPANTS = frozenset({StepKind.TOOL, StepKind.SYSTEM})
 """Steps whose author is no member of a run's team: a tool's report, a system prompt."""
 
 
-_LABEL_CHARS = 32
-"""At most this much text around an earlier step's words makes a relay of them
-("Observation: …", "census_agent said: …")."""
-_QUOTE_CHARS = 16
-"""A turn at least this long found inside an earlier step's text repeats it; a shorter
-one ("yes", "ok, go ahead") is the user's own."""
-
-
-def _with_steps_from_model_inputs(
-    steps: tuple[Step, ...], step_spans: Sequence[SpanRecord], mapped: dict[_SpanKey, MappedSpan]
-) -> tuple[Step, ...]:
-    """`steps` with the user's later turns (rule 7) as `human` steps and the tools' reports
-    no span recorded (rule 8) as `tool` steps, re-indexed."""
-    if not any(
-        (facts := mapped[_key(span)]).later_user_turns or facts.tool_reports for span in step_spans
-    ):
-        return steps
-    recorded_tools = {step.tool_name for step in steps if step.kind is StepKind.TOOL}
-    callers: dict[str, str] = {}
-    said: list[str] = []
-    taken: set[str] = set()
-    reported: set[tuple[str, str]] = set()
-    out: list[Step] = []
-    for step, span in zip(steps, step_spans, strict=True):
-        facts = mapped[_key(span)]
-        for report in facts.tool_reports:
-            key = (_call_key(report.tool_name, report.arguments), _plain(report.report))
-            caller = callers.get(key[0])
-            if report.tool_name in recorded_tools or key in reported or caller is None:
-                continue
-            reported.add(key)
-            said.append(key[1])
-            out.append(
-                Step(
-                    index=0,
-                    agent=caller,
-                    kind=StepKind.TOOL,
-                    content=report.report,
-                    tool_name=report.tool_name,
-                    tool_arguments=report.arguments,
-                    tool_result=report.report,
-                    start_time=step.start_time,
-                    end_time=step.start_time,
-                    metadata={"from_model_input": True},
-                )
-            )
-        for answered, text in facts.later_user_turns:
-            turn = _plain(text)
-            if turn in taken or not _said(_plain(answered), said) or _echoes(turn, said):
-                continue
-            taken.add(turn)
-            out.append(
-                Step(
-                    index=0,
-                    agent=_USER,
-                    kind=StepKind.HUMAN,
-                    content=text,
-                    role="user",
-                    start_time=step.start_time,
-                    end_time=step.start_time,
-                )
-            )
-        out.append(step)
-        said.extend(
-            plain
-            for text in (step.content, step.tool_result, step.tool_arguments)
-            if text and (plain := _plain(text))
-        )
-        if step.kind is not StepKind.TOOL and step.content:
-            # A model reply asking for tools says each call on a line of its own.
-            for line in step.content.splitlines():
-                if called := _CALL_LINE.match(line.strip()):
-                    callers.setdefault(_call_key(*called.groups()), step.agent)
-    if len(out) == len(steps):
-        return steps
-    return tuple(step.model_copy(update={"index": i}) for i, step in enumerate(out))
-
-
-_USER = "user"
-_CALL_LINE = re.compile(r"^([^\s(]+)\((.*)\)$", re.DOTALL)
-"""A line of a step saying a tool call, as the mapping writes one: `name(arguments)`."""
-
-
-def _call_key(name: str, arguments: str | None) -> str:
-    """A tool call as a key that ignores how its arguments were written: a model's reply
-    and a later call's input may spell the same JSON with other spacing or key order."""
-    try:
-        spelled = json.dumps(json.loads(arguments or "null"), sort_keys=True)
-    except (ValueError, TypeError, RecursionError):
-        spelled = _plain(arguments or "")
-    return f"{name.strip()}({spelled})"
-
-
-def _plain(text: str) -> str:
-    return " ".join(text.split()).casefold()
-
-
-def _said(answered: str, said: Sequence[str]) -> bool:
-    """Whether a step of the run said `answered` (the assistant's message a user turn
-    follows): a user answers what the agents said in this run, not an example
-    conversation in a prompt (few-shot demonstrations) or an earlier run's."""
-    if not answered:
-        return False
-    return any(
-        answered == earlier
-        or (
-            min(len(answered), len(earlier)) >= _QUOTE_CHARS
-            and (answered in earlier or earlier in answered)
-        )
-        for earlier in said
-    )
-
-
-def _echoes(turn: str, said: Sequence[str]) -> bool:
-    """Whether `turn` relays what an earlier step said: the same text, that text with a
-    short label around it, mostly that text, or a long enough piece of it."""
-    for earlier in said:
-        if earlier in turn:
-            relayed = len(turn) - len(earlier) <= _LABEL_CHARS and (
-                turn.startswith(earlier) or turn.endswith(earlier)
-            )
-            if relayed or (len(earlier) >= _QUOTE_CHARS and 2 * len(earlier) >= len(turn)):
-                return True
-        elif len(turn) >= _QUOTE_CHARS and turn in earlier:
-            return True
-    return False
-
-
-def _key(span: SpanRecord) -> _SpanKey:
-    return (span.trace_id, span.span_id)
-
-
 def _time_key(span: SpanRecord) -> tuple[int, int, str, str]:
     return (span.start_time_unix_nano, span.end_time_unix_nano, span.trace_id, span.span_id)
 
 
-def _deduplicated(spans: Iterable[SpanRecord]) -> dict[_SpanKey, SpanRecord]:
-    kept: dict[_SpanKey, SpanRecord] = {}
+def _deduplicated(spans: Iterable[SpanRecord]) -> dict[SpanKey, SpanRecord]:
+    kept: dict[SpanKey, SpanRecord] = {}
     for span in spans:
-        key = _key(span)
+        key = span_key(span)
         other = kept.get(key)
         if other is None or _copy_rank(span) > _copy_rank(other):
             kept[key] = span
     return kept
 
 
-def _log_events_on_their_spans(spans: dict[_SpanKey, SpanRecord]) -> dict[_SpanKey, SpanRecord]:
+def _log_events_on_their_spans(spans: dict[SpanKey, SpanRecord]) -> dict[SpanKey, SpanRecord]:
     """The GenAI events a span's instrumentation sent as log records (`/v1/logs`, held by
-    carrier spans beneath it: `log_events.py`) put on that span, after its own, in the
-    order they were sent; the carriers dropped, and those whose span never came too."""
+    carrier spans beneath it: `faultfinder/server/otlp/log_events.py`) put on that span,
+    after its own, in the order they were sent; the carriers dropped, and those whose span
+    never came too."""
     carriers = [span for span in spans.values() if is_log_events_carrier(span)]
     if not carriers:
         return spans
     kept = {key: span for key, span in spans.items() if not is_log_events_carrier(span)}
-    by_span: dict[_SpanKey, list[SpanRecord]] = {}
+    by_span: dict[SpanKey, list[SpanRecord]] = {}
     for carrier in sorted(carriers, key=_time_key):
         owner = (carrier.trace_id, carrier.parent_span_id or "")
         if owner in kept:
@@ -316,55 +202,46 @@ def _copy_rank(span: SpanRecord) -> tuple[int, int, int, str]:
     )
 
 
-def _run_root(ordered: Sequence[SpanRecord], parent_of: dict[_SpanKey, _SpanKey]) -> SpanRecord:
+def _run_root(ordered: Sequence[SpanRecord], parent_of: dict[SpanKey, SpanKey]) -> SpanRecord:
     true_roots = [span for span in ordered if span.parent_span_id is None]
     if true_roots:
         return true_roots[0]
-    provisional = [span for span in ordered if _key(span) not in parent_of]
+    provisional = [span for span in ordered if span_key(span) not in parent_of]
     # With no span lacking a parent the parent links form a cycle; take the earliest.
     return provisional[0] if provisional else ordered[0]
 
 
-def _ancestors(key: _SpanKey, parent_of: dict[_SpanKey, _SpanKey]) -> Iterable[_SpanKey]:
-    seen = {key}
-    parent = parent_of.get(key)
-    while parent is not None and parent not in seen:
-        yield parent
-        seen.add(parent)
-        parent = parent_of.get(parent)
-
-
 def _step_spans(
     ordered: Sequence[SpanRecord],
-    parent_of: dict[_SpanKey, _SpanKey],
-    mapped: dict[_SpanKey, MappedSpan],
+    parent_of: dict[SpanKey, SpanKey],
+    mapped: dict[SpanKey, MappedSpan],
     root: SpanRecord,
 ) -> list[SpanRecord]:
     parents = set(parent_of.values())
     candidates = [
         span
         for span in ordered
-        if mapped[_key(span)].is_step_candidate
-        and (_key(span) in parents or not _marks_an_agent(mapped[_key(span)]))
+        if mapped[span_key(span)].is_step_candidate
+        and (span_key(span) in parents or not _marks_an_agent(mapped[span_key(span)]))
     ]
     if candidates:
-        containers: set[_SpanKey] = set()
-        above_words: set[_SpanKey] = set()
+        containers: set[SpanKey] = set()
+        above_words: set[SpanKey] = set()
         for span in candidates:
-            ancestors = list(_ancestors(_key(span), parent_of))
-            containers.update(ancestors)
-            if mapped[_key(span)].kind is not StepKind.TOOL:
-                above_words.update(ancestors)
+            above = list(ancestors(span_key(span), parent_of))
+            containers.update(above)
+            if mapped[span_key(span)].kind is not StepKind.TOOL:
+                above_words.update(above)
         return [
             span
             for span in candidates
-            if _key(span) not in containers
-            or mapped[_key(span)].step_index is not None
-            or _answers_unrecorded(mapped[_key(span)], _key(span) in above_words)
+            if span_key(span) not in containers
+            or mapped[span_key(span)].step_index is not None
+            or _answers_unrecorded(mapped[span_key(span)], span_key(span) in above_words)
         ]
     if len(ordered) == 1:
         return list(ordered)
-    return [span for span in ordered if span is not root and _key(span) not in parents]
+    return [span for span in ordered if span is not root and span_key(span) not in parents]
 
 
 def _marks_an_agent(facts: MappedSpan) -> bool:
@@ -390,14 +267,14 @@ def _answers_unrecorded(facts: MappedSpan, above_words: bool) -> bool:
 
 def _turns_at_their_end(
     step_spans: list[SpanRecord],
-    parent_of: dict[_SpanKey, _SpanKey],
-    mapped: dict[_SpanKey, MappedSpan],
+    parent_of: dict[SpanKey, SpanKey],
+    mapped: dict[SpanKey, MappedSpan],
 ) -> None:
     """Order the agent turns kept as steps above other steps (`_answers_unrecorded`) by
     their end: the answer comes after the tool calls it was made from. In place."""
-    keys = {_key(span) for span in step_spans}
+    keys = {span_key(span) for span in step_spans}
     above_steps = {
-        ancestor for key in keys for ancestor in _ancestors(key, parent_of) if ancestor in keys
+        ancestor for key in keys for ancestor in ancestors(key, parent_of) if ancestor in keys
     }
     turns = {key for key in above_steps if mapped[key].step_index is None}
     turns |= _tools_around_model_turns(step_spans, mapped)
@@ -405,7 +282,7 @@ def _turns_at_their_end(
         return
 
     def position(span: SpanRecord) -> tuple[int, int, str, str]:
-        if _key(span) in turns:
+        if span_key(span) in turns:
             return (span.end_time_unix_nano, span.end_time_unix_nano, span.trace_id, span.span_id)
         return _time_key(span)
 
@@ -413,8 +290,8 @@ def _turns_at_their_end(
 
 
 def _tools_around_model_turns(
-    step_spans: Sequence[SpanRecord], mapped: dict[_SpanKey, MappedSpan]
-) -> set[_SpanKey]:
+    step_spans: Sequence[SpanRecord], mapped: dict[SpanKey, MappedSpan]
+) -> set[SpanKey]:
     """The tool steps during which a model turn of the run began: tools that hand work to
     another agent (Agno's `delegate_task_to_member`, whose member's run is not traced
     beneath it). Such a tool's result is what that work came to, so it reads at its end,
@@ -422,7 +299,8 @@ def _tools_around_model_turns(
     starts = sorted(
         span.start_time_unix_nano
         for span in step_spans
-        if mapped[_key(span)].kind is not StepKind.TOOL and mapped[_key(span)].step_index is None
+        if mapped[span_key(span)].kind is not StepKind.TOOL
+        and mapped[span_key(span)].step_index is None
     )
 
     def a_turn_began_during(tool: SpanRecord) -> bool:
@@ -432,148 +310,12 @@ def _tools_around_model_turns(
         return at < len(starts) and starts[at] < tool.end_time_unix_nano
 
     return {
-        _key(tool)
+        span_key(tool)
         for tool in step_spans
-        if mapped[_key(tool)].kind is StepKind.TOOL
-        and mapped[_key(tool)].step_index is None
+        if mapped[span_key(tool)].kind is StepKind.TOOL
+        and mapped[span_key(tool)].step_index is None
         and a_turn_began_during(tool)
     }
-
-
-def _one_record_per_tool_call(
-    ordered: Sequence[SpanRecord],
-    parent_of: dict[_SpanKey, _SpanKey],
-    mapped: dict[_SpanKey, MappedSpan],
-) -> dict[_SpanKey, MappedSpan]:
-    """One tool call recorded twice (an agent framework's tool span around its tool
-    library's own `execute_tool` span) is one step: a tool span whose only step-like
-    spans beneath are spans of the same tool keeps them as part of itself, taking what
-    they know that it does not (arguments, result, an error it did not record)."""
-    beneath: dict[_SpanKey, list[_SpanKey]] = {}
-    for span in ordered:
-        key = _key(span)
-        if mapped[key].is_step_candidate:
-            for ancestor in _ancestors(key, parent_of):
-                if mapped[ancestor].is_step_candidate:
-                    beneath.setdefault(ancestor, []).append(key)
-    merged = dict(mapped)
-    for outer, inner in beneath.items():
-        facts = mapped[outer]
-        if facts.kind is not StepKind.TOOL or not facts.tool_name or facts.step_index is not None:
-            continue
-        copies = [mapped[key] for key in inner]
-        if all(
-            copy.kind is StepKind.TOOL
-            and copy.tool_name == facts.tool_name
-            and copy.step_index is None
-            for copy in copies
-        ):
-            for key in inner:
-                merged[key] = replace(mapped[key], is_step_candidate=False)
-            merged[outer] = _folded(facts, copies)
-    return merged
-
-
-def _events_into_their_spans(
-    ordered: Sequence[SpanRecord],
-    parent_of: dict[_SpanKey, _SpanKey],
-    mapped: dict[_SpanKey, MappedSpan],
-) -> dict[_SpanKey, MappedSpan]:
-    """A span that lasts no time, has nothing beneath it, is of its parent's kind and names
-    no tool or agent of its own records an event of its parent (BeeAI's instrumentation
-    turns each emitter event, `error`, `final_answer`, into such a span): it is part of
-    the parent, not a step, and an error it records is the parent's."""
-    parents = set(parent_of.values())
-    merged = dict(mapped)
-    for span in ordered:
-        key = _key(span)
-        parent = parent_of.get(key)
-        if parent is None or key in parents or span.end_time_unix_nano != span.start_time_unix_nano:
-            continue
-        event, owner = mapped[key], merged[parent]
-        if not (
-            event.is_step_candidate
-            and owner.is_step_candidate
-            and event.kind is owner.kind
-            and event.is_agent_span == owner.is_agent_span
-            and event.tool_name is None
-            and event.agent is None
-            and event.step_index is None
-        ):
-            continue
-        merged[key] = replace(event, is_step_candidate=False)
-        if event.status is StepStatus.ERROR and owner.status is not StepStatus.ERROR:
-            merged[parent] = replace(
-                owner, status=StepStatus.ERROR, error=owner.error or event.error
-            )
-    return merged
-
-
-def _folded(facts: MappedSpan, copies: Sequence[MappedSpan]) -> MappedSpan:
-    """`facts` with what its `copies` (records of the same call) add."""
-
-    def first(values: Iterable[str | None]) -> str | None:
-        return next((value for value in values if value), None)
-
-    records = (facts, *copies)
-    failed = next((record for record in records if record.status is StepStatus.ERROR), None)
-    status = StepStatus.ERROR if failed else facts.status
-    if status is StepStatus.UNSET:
-        status = next((cp.status for cp in copies if cp.status is not StepStatus.UNSET), status)
-    return replace(
-        facts,
-        content=first(record.content for record in records),
-        tool_arguments=first(record.tool_arguments for record in records),
-        tool_result=first(record.tool_result for record in records),
-        status=status,
-        error=facts.error or (failed.error if failed else None),
-        agent=facts.agent or first(copy.agent for copy in copies),
-    )
-
-
-def _nodes_as_their_authors(mapped: dict[_SpanKey, MappedSpan]) -> dict[_SpanKey, MappedSpan]:
-    """`mapped` with each LangGraph node whose spans name one author for its replies
-    (`MappedSpan.node_author`) renamed to that author, on every span the node names
-    (rule 5); a node whose spans name several authors keeps its own name."""
-    authors: dict[str, set[str]] = {}
-    for facts in mapped.values():
-        if facts.agent_from_context and facts.agent is not None and facts.node_author:
-            authors.setdefault(facts.agent, set()).add(facts.node_author)
-    renamed = {node: names.pop() for node, names in authors.items() if len(names) == 1}
-    if not renamed:
-        return mapped
-    return {
-        key: replace(facts, agent=renamed.get(facts.agent, facts.agent))
-        if facts.agent_from_context and facts.agent is not None
-        else facts
-        for key, facts in mapped.items()
-    }
-
-
-def _workflow_turns(
-    ordered: Sequence[SpanRecord],
-    parent_of: dict[_SpanKey, _SpanKey],
-    mapped: dict[_SpanKey, MappedSpan],
-) -> dict[_SpanKey, MappedSpan]:
-    """`mapped` with each span that names no agent, among siblings of which an earlier one
-    gave the turn to an agent (`MappedSpan.turn_of`: a LlamaIndex workflow step's event),
-    made that agent's, as its run context (rule 10): a workflow's steps run one after
-    another, and the agent named holds the turn until an event names another."""
-    if not any(facts.turn_of for facts in mapped.values()):
-        return mapped
-    merged = dict(mapped)
-    holder: dict[_SpanKey, str] = {}
-    for span in ordered:  # start order
-        key = _key(span)
-        parent = parent_of.get(key)
-        if parent is None:
-            continue
-        facts = mapped[key]
-        if facts.turn_of:
-            holder[parent] = facts.turn_of
-        elif facts.agent is None and parent in holder:
-            merged[key] = replace(facts, agent=holder[parent], agent_from_context=True)
-    return merged
 
 
 def _requests_read_from_their_calls(
@@ -601,16 +343,16 @@ def _requests_read_from_their_calls(
 
 def _agent(
     span: SpanRecord,
-    mapped: dict[_SpanKey, MappedSpan],
-    parent_of: dict[_SpanKey, _SpanKey],
-    by_key: dict[_SpanKey, SpanRecord],
+    mapped: dict[SpanKey, MappedSpan],
+    parent_of: dict[SpanKey, SpanKey],
+    by_key: dict[SpanKey, SpanRecord],
 ) -> str:
-    own: str | None = mapped[_key(span)].agent
+    own: str | None = mapped[span_key(span)].agent
     if own is not None:
         return own
-    if mapped[_key(span)].is_agent_span:
+    if mapped[span_key(span)].is_agent_span:
         return agent_span_name(span.name) or span.span_id
-    for ancestor in _ancestors(_key(span), parent_of):
+    for ancestor in ancestors(span_key(span), parent_of):
         facts = mapped[ancestor]
         inherited: str | None = facts.agent
         if inherited is None and facts.is_agent_span:
@@ -631,7 +373,7 @@ def _agent(
 
 
 def _outermost_chain(
-    span: SpanRecord, parent_of: dict[_SpanKey, _SpanKey], by_key: dict[_SpanKey, SpanRecord]
+    span: SpanRecord, parent_of: dict[SpanKey, SpanKey], by_key: dict[SpanKey, SpanRecord]
 ) -> str | None:
     """No ancestor is an agent or names one: the outermost OpenInference CHAIN above the
     step, the program the user called, is the agent (DSPy's `ReAct.forward`, whose LM and
@@ -640,7 +382,7 @@ def _outermost_chain(
     never arrived (smolagents' agent span, lost when the model endpoint failed) the
     outermost chain present is a step of that agent (`Step 1`), not a program."""
     outermost: SpanRecord | None = None
-    for ancestor in _ancestors(_key(span), parent_of):
+    for ancestor in ancestors(span_key(span), parent_of):
         above = by_key[ancestor]
         if upper(above.attributes.get(c.OPENINFERENCE_SPAN_KIND)) == c.OI_KIND_CHAIN:
             outermost = above
@@ -691,11 +433,11 @@ def _utc(nanos: int) -> datetime | None:
 def _step(
     position: int,
     span: SpanRecord,
-    mapped: dict[_SpanKey, MappedSpan],
-    parent_of: dict[_SpanKey, _SpanKey],
-    by_key: dict[_SpanKey, SpanRecord],
+    mapped: dict[SpanKey, MappedSpan],
+    parent_of: dict[SpanKey, SpanKey],
+    by_key: dict[SpanKey, SpanRecord],
 ) -> Step:
-    facts = mapped[_key(span)]
+    facts = mapped[span_key(span)]
     extras: dict[str, Any] = {
         "span_name": span.name,
         "model": facts.model,

@@ -29,8 +29,8 @@ from typing import Any
 import orjson
 
 from faultfinder import conventions as c
-from faultfinder.server.otlp.messages import as_text, lower, part_text
-from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord
+from faultfinder.reading.messages import as_text, lower, part_text
+from faultfinder.reading.model import AttributeValue, SpanEvent, SpanRecord
 
 __all__ = ["event_attributes"]
 

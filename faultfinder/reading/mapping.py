@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus
-from faultfinder.server.otlp.events import event_attributes
-from faultfinder.server.otlp.messages import (
+from faultfinder.reading.events import event_attributes
+from faultfinder.reading.messages import (
     OI_FLATTENED_PREFIXES,
     ToolReport,
     as_text,
@@ -30,8 +30,8 @@ from faultfinder.server.otlp.messages import (
     tool_reports,
     upper,
 )
-from faultfinder.server.otlp.model import AttributeValue, SpanRecord, StatusCode
-from faultfinder.server.otlp.shapes import (
+from faultfinder.reading.model import AttributeValue, SpanRecord, StatusCode
+from faultfinder.reading.shapes import (
     answer_field,
     dspy_fields_text,
     framework_agent,
@@ -48,90 +48,17 @@ from faultfinder.server.otlp.shapes import (
 
 __all__ = [
     "MappedSpan",
-    "RunFacts",
     "as_text",
     "is_log_events_carrier",
     "map_span",
     "requests_tools",
-    "run_facts",
-    "run_id_of",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RunFacts:
-    """What one span says about the run it belongs to."""
-
-    run_id: str
-    """The run: `faultfinder.run.id`, else (when grouping by conversation) the
-    conversation/session id, else the trace id."""
-    is_root: bool
-    """The span has no parent, or a parent in another process (a request's server span):
-    the run's root (or a provisional root for an orphan)."""
-    failed: bool
-    """The span is a root with status ERROR, or says outcome=failure."""
-    outcome: str | None
-    """`success` / `failure` when the span carries an explicit outcome."""
-    task: str | None
-    ground_truth: str | None
-    final_answer: str | None
-    local_parent: bool = False
-    """The sender says the span's parent is in the same process (OTLP span flags): the
-    run's root is a span of that process and will arrive once it has ended."""
-    opens_run: bool = True
-    """False for a root span that only records setting an agent up (GenAI `create_agent`,
-    which autogen-core sends in a trace of its own as each agent is built; Microsoft Agent
-    Framework's `workflow.build`): stored, but no run of its own."""
-
-
-def run_id_of(span: SpanRecord, *, group_by_conversation: bool = False) -> str:
-    """The run one span belongs to (`RunFacts.run_id`), without the other facts: the
-    event bus needs only this for every stored span."""
-    attrs = span.attributes
-    run_id = as_text(attrs.get(c.RUN_ID))
-    if run_id is None and group_by_conversation:
-        run_id = as_text(attrs.get(c.GEN_AI_CONVERSATION_ID) or attrs.get(c.OI_SESSION_ID))
-    return span.trace_id if run_id is None else run_id
-
-
-def run_facts(span: SpanRecord, *, group_by_conversation: bool = False) -> RunFacts:
-    """Run-level facts of one span (root status, outcome, task, answers)."""
-    attrs = span.attributes
-    run_id = run_id_of(span, group_by_conversation=group_by_conversation)
-    is_root = span.parent_span_id is None or span.parent_remote is True
-    outcome = as_text(attrs.get(c.RUN_OUTCOME))
-    outcome = outcome.strip().lower() if outcome else None
-    failed = outcome == "failure" or (is_root and span.status_code == StatusCode.ERROR)
-    setup = is_root and (
-        lower(attrs.get(c.GEN_AI_OPERATION_NAME)) == c.OP_CREATE_AGENT or _builds_a_workflow(span)
-    )
-    # The GenAI events of a span sent as log records join that span's run.
-    setup = setup or is_log_events_carrier(span)
-    return RunFacts(
-        run_id=run_id,
-        is_root=is_root,
-        local_parent=span.parent_remote is False,
-        failed=failed,
-        outcome=outcome,
-        task=as_text(attrs.get(c.RUN_TASK)),
-        ground_truth=as_text(attrs.get(c.RUN_GROUND_TRUTH)),
-        final_answer=as_text(attrs.get(c.RUN_FINAL_ANSWER)),
-        opens_run=not setup,
-    )
 
 
 def is_log_events_carrier(span: SpanRecord) -> bool:
     """The span the sidecar made of the GenAI log records naming one span
-    (`log_events.py`): no step, no run, its events are its parent's."""
+    (`faultfinder/server/otlp/log_events.py`): no step, no run, its events are its parent's."""
     return span.name == c.LOG_EVENTS_SPAN and span.attributes.get(c.LOG_EVENTS_SPAN) is True
-
-
-def _builds_a_workflow(span: SpanRecord) -> bool:
-    """Microsoft Agent Framework's record of building a workflow (`workflow.build`), sent
-    as a trace of its own when the workflow is made: setup, not a run."""
-    return span.name == c.AGENT_FRAMEWORK_BUILD_SPAN and any(
-        event.name == c.AGENT_FRAMEWORK_BUILD_STARTED for event in span.events
-    )
 
 
 # --- step facts -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from faultfinder import conventions as c
-from faultfinder.server.otlp.model import AttributeValue
+from faultfinder.reading.model import AttributeValue
 
 __all__ = [
     "OI_FLATTENED_PREFIXES",

@@ -1,7 +1,7 @@
 """Our own frozen span model: what every OTLP transport decodes into.
 
 Nothing past `faultfinder/server/otlp/` sees protobuf; the store persists `SpanRecord`s and the
-assembler turns a run's `SpanRecord`s into a `Trajectory`.
+assembler (`faultfinder/reading/assembler.py`) turns a run's `SpanRecord`s into a `Trajectory`.
 """
 
 from __future__ import annotations
@@ -53,3 +53,11 @@ class SpanRecord:
     resource_attributes: dict[str, AttributeValue] = field(default_factory=dict)
     scope_name: str = ""
     project: str = "default"
+    run_id: str = ""
+    """The run the span belongs to, stamped once by the decoder (`faultfinder.reading.runs.
+    run_id_of`, which knows whether runs are grouped by conversation) and read by all that
+    follows. A span built without one belongs to its trace's run."""
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            object.__setattr__(self, "run_id", self.trace_id)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from faultfinder import conventions as c
-from faultfinder.server.otlp.messages import (
+from faultfinder.reading.messages import (
     as_text,
     decode_messages,
     json_list,
@@ -27,7 +27,7 @@ from faultfinder.server.otlp.messages import (
     text_blocks,
     tool_call_text,
 )
-from faultfinder.server.otlp.model import AttributeValue
+from faultfinder.reading.model import AttributeValue
 
 __all__ = [
     "WorkflowToolCall",
@@ -36,6 +36,7 @@ __all__ = [
     "framework_agent",
     "graph_node_author",
     "json_object",
+    "managed_agent_named",
     "output_value",
     "prepares_model_call",
     "tool_call_arguments",
@@ -96,6 +97,20 @@ def framework_agent(attrs: Mapping[str, AttributeValue]) -> str | None:
             # The field follows the event's messages: the last mention is the field.
             return str(matches[-1][1]).strip() or None
     return None
+
+
+_MANAGED_AGENT_TASK = re.compile(r"You're a helpful agent named '(?P<agent>[^'\n]{1,200})'")
+"""smolagents' task for a managed agent (its `managed_agent.task` prompt), which names the
+agent it is given to: `You're a helpful agent named 'census_agent'.`"""
+
+
+def managed_agent_named(text: str | None) -> str | None:
+    """The agent a smolagents managed agent's task names, in the input of the model calls
+    it makes (None when `text` holds no such task)."""
+    found = _MANAGED_AGENT_TASK.search(text) if text else None
+    if found is None:
+        return None
+    return found["agent"].strip() or None
 
 
 def workflow_turn(attrs: Mapping[str, AttributeValue]) -> str | None:

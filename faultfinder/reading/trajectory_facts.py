@@ -3,24 +3,34 @@ dataset's metadata and labels, read from the run's spans.
 
 `faultfinder.run.*`, `faultfinder.dataset.*` and `faultfinder.label.*` are read from
 the root first, then from the other spans in start order. The task falls back to the
-first human step's text, then the root's (or first step's) user input; the final answer
-falls back to the output of a root that is not a step (a root with none: the last step,
+first human step's text, then the root's (or first step's) user input, never an object's
+repr; the final answer falls back to the output of a root that is not a step (the reply a
+LlamaIndex workflow's stop event holds, not the event; a root with none: the last step,
 when it is a model's reply that ended well and calls no tool).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import ast
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.server.otlp.mapping import MappedSpan, as_text, requests_tools
-from faultfinder.server.otlp.model import AttributeValue, SpanRecord
+from faultfinder.reading.mapping import MappedSpan, as_text, requests_tools
+from faultfinder.reading.model import AttributeValue, SpanRecord
 
-__all__ = ["answer_text", "task_text", "trajectory_with_facts"]
+__all__ = [
+    "WorkflowResult",
+    "answer_text",
+    "task_text",
+    "trajectory_with_facts",
+    "workflow_result",
+]
 
 
 def _first_attribute(
@@ -56,7 +66,7 @@ def trajectory_with_facts(
         root_facts.user_input,
         task_text(root_facts.input),
         _first_crew_task(root),
-        first_step_facts.user_input if first_step_facts else None,
+        _without_task_heading(first_step_facts.user_input) if first_step_facts else None,
         task_text(first_step_facts.input) if first_step_facts else None,
         # Call arguments naming no user text are still better than no task at all.
         root_facts.input,
@@ -65,8 +75,11 @@ def trajectory_with_facts(
     if final_answer is None and not any(span is root for span in step_spans):
         # A root that failed tells its error in its output (Agno, BeeAI): that is no answer.
         failed = root_facts.status is StepStatus.ERROR
+        result = None if failed else workflow_result(root.attributes)
         final_answer = None if failed else answer_text(root_facts.content)
-        if final_answer is None:
+        if result is not None:
+            final_answer = _completed(result, _last_reply(step_spans, steps))
+        elif final_answer is None:
             final_answer = _last_reply(step_spans, steps)
         else:
             final_answer = _quoted_reply(final_answer, step_spans, steps)
@@ -98,11 +111,24 @@ def task_text(text: str | None) -> str | None:
     return _user_text(value, depth=0)
 
 
+_OBJECT_REPR = re.compile(r"\s*[A-Z]\w*\(\w+=")
+"""The start of a Python object's repr (`ActionStep(step_number=1, …`)."""
+_SMOLAGENTS_TASK_HEADING = "New task:\n"
+"""What smolagents puts before the user's task in the message giving it to the model."""
+
+
+def _without_task_heading(text: str | None) -> str | None:
+    """A model call's user text without smolagents' heading of the task."""
+    return text.removeprefix(_SMOLAGENTS_TASK_HEADING) if text else text
+
+
 def _user_text(value: object, *, depth: int) -> str | None:
     if depth > 4:
         return None
     if isinstance(value, str):
-        return value.strip() or None
+        # A framework object's repr (smolagents' `{"memory_step": "ActionStep(…)"}`) is
+        # no user's text.
+        return None if _OBJECT_REPR.match(value) else value.strip() or None
     if isinstance(value, list):
         # Messages: the last one a user wrote, else the last with text.
         for item in reversed(value):
@@ -126,6 +152,102 @@ def _user_text(value: object, *, depth: int) -> str | None:
             return _user_text(next(iter(value.values())), depth=depth + 1)
         return None
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowResult:
+    """The reply text a LlamaIndex workflow's stop event holds; `cut_short` when the
+    instrumentation cut the event's text before the reply ended."""
+
+    text: str
+    cut_short: bool = False
+
+
+_STOP_EVENT = re.compile(r"\s*(?:StopEvent|AgentOutput)\(")
+_REPLY_AT = re.compile(
+    r"^\s*StopEvent\(result=(?=['\"])"
+    r"|\bTextBlock\((?:block_type='text', )?text="
+    r"|\bChatMessage\((?:role=<[^>]*>, )?(?:additional_kwargs=\{\}, )?content="
+)
+"""Where a stop event's repr quotes the reply: a plain result (`StopEvent(result='…')`), an
+AgentWorkflow's `AgentOutput(response=ChatMessage(… blocks=[TextBlock(… text='…')]))`, or
+an older `ChatMessage(…, content='…')`."""
+_PY_STRING = re.compile(r"""(?P<q>['"])(?P<body>(?:\\.|(?!(?P=q)).)*)(?P<end>(?P=q))?""", re.DOTALL)
+"""A Python string literal in a repr, possibly cut short (no closing quote)."""
+
+
+def workflow_result(attrs: Mapping[str, AttributeValue]) -> WorkflowResult | None:
+    """The reply a LlamaIndex workflow's span output holds: OpenInference's `output.value`,
+    the stop event's repr (`StopEvent(result=AgentOutput(response=ChatMessage(…)))`, often
+    cut short), or OpenLLMetry's `traceloop.entity.output`, the event as JSON (`{"result":
+    {"response": {"blocks": [{"text": …}]}}}`, or the repr as a string). None when the
+    output is no such event or no reply text can be read from it."""
+    for key in (c.OI_OUTPUT_VALUE, c.TRACELOOP_ENTITY_OUTPUT):
+        text = as_text(attrs.get(key))
+        if not text:
+            continue
+        if text.lstrip().startswith("{"):
+            found = _event_json_reply(text)
+        elif _STOP_EVENT.match(text):
+            found = _event_repr_reply(text)
+        else:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _event_json_reply(text: str) -> WorkflowResult | None:
+    try:
+        event = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    result = event.get("result") if isinstance(event, dict) else None
+    if isinstance(result, str):
+        # A plain result, or an event OpenLLMetry could only serialise as its repr.
+        return _event_repr_reply(result) or (WorkflowResult(result) if result.strip() else None)
+    response = result.get("response") if isinstance(result, dict) else None
+    if not isinstance(response, dict):
+        return None
+    blocks = response.get("blocks")
+    texts = [
+        block["text"]
+        for block in (blocks if isinstance(blocks, list) else ())
+        if isinstance(block, dict) and isinstance(block.get("text"), str)
+    ]
+    content = response.get("content")
+    reply = "\n".join(texts) if texts else content if isinstance(content, str) else None
+    return WorkflowResult(reply) if reply and reply.strip() else None
+
+
+def _event_repr_reply(text: str) -> WorkflowResult | None:
+    for at in _REPLY_AT.finditer(text):
+        literal = _PY_STRING.match(text, at.end())
+        if literal is None:
+            continue
+        quote, body = literal["q"], literal["body"]
+        cut_short = literal["end"] is None
+        if cut_short:
+            # OpenInference cuts a long repr with "...": the literal is a prefix of the reply.
+            body = body.removesuffix("...")
+            if (len(body) - len(body.rstrip("\\"))) % 2:
+                body = body[:-1]  # an escape cut in half
+        try:
+            reply = ast.literal_eval(f"{quote}{body}{quote}")
+        except (SyntaxError, ValueError):
+            continue
+        if isinstance(reply, str) and reply.strip():
+            return WorkflowResult(reply, cut_short=cut_short)
+    return None
+
+
+def _completed(result: WorkflowResult, reply: str | None) -> str:
+    """A workflow's reply, completed from the run's last reply where it was cut short."""
+    if not result.cut_short:
+        return result.text
+    if reply is not None and reply.startswith(result.text):
+        return reply
+    return result.text + "…"
 
 
 def _quoted_reply(text: str, step_spans: Sequence[SpanRecord], steps: Sequence[Step]) -> str:

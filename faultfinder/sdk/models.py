@@ -68,7 +68,8 @@ class Attribution:
     agent: str | None = None
     step: int | None = None
     reason: str = ""
-    confidence: float = 0.0
+    confidence: float | None = None
+    """How sure the method is, in [0, 1]; None when it gives no figure."""
     candidates: tuple[Candidate, ...] = ()
     prediction_set: PredictionSet | None = None
     error_category: str | None = None

@@ -171,7 +171,7 @@ def _attribution(value: object, where: str) -> Attribution:
         agent=f.optional_text("agent"),
         step=f.optional_integer("step"),
         reason=f.text("reason", ""),
-        confidence=f.number("confidence", 0.0),
+        confidence=f.optional_number("confidence"),
         candidates=tuple(_candidate(item, path) for path, item in f.items("candidates")),
         prediction_set=prediction_set,
         error_category=f.optional_text("error_category"),

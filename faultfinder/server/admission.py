@@ -14,8 +14,11 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Callable
 
+import anyio
+
+from faultfinder.server.errors import BodyStalled, InflightFull, Refused
 from faultfinder.server.ingest import (
     IngestSaturatedError,
     IngestUnavailableError,
@@ -24,7 +27,14 @@ from faultfinder.server.ingest import (
 )
 from faultfinder.server.otlp.decode import DecodedBatch
 
-__all__ = ["InflightBytes", "IngestAdmission", "Refused", "RetryAdvice", "SpansPerByte"]
+__all__ = [
+    "ArrivingBody",
+    "InflightBytes",
+    "IngestAdmission",
+    "Refused",
+    "RetryAdvice",
+    "SpansPerByte",
+]
 
 _MAX_REMEMBERED = 1_000_000
 """Refusals remembered at most (a float each), however many senders wait."""
@@ -141,14 +151,6 @@ class RetryAdvice:
             self._taken.append([second, 1])
 
 
-class Refused(Exception):
-    """Ingest cannot take a request now: the sender is to come back after `seconds`."""
-
-    def __init__(self, message: str, seconds: int) -> None:
-        super().__init__(message)
-        self.seconds = seconds
-
-
 class IngestAdmission:
     """What both OTLP receivers need to decide whether to take a request: the bytes being
     received, the spans of requests let in and not yet queued, and the wait to advise
@@ -195,3 +197,47 @@ class IngestAdmission:
             batch.rejected + stored.rejected,
             "; ".join(filter(None, (batch.error_message, stored.error_message))),
         )
+
+
+class ArrivingBody:
+    """One OTLP/HTTP request's body while it arrives: its bytes count against the in-flight
+    limit, and the spans they are estimated to carry against the queue limit, chunk by
+    chunk as they come, never by what the request declares. A sender declaring 16 MiB and
+    sending nothing reserves nothing, so it cannot make the receivers refuse everyone
+    else; `release` gives both counts back."""
+
+    def __init__(self, admission: IngestAdmission) -> None:
+        self._admission = admission
+        self.held_bytes = 0
+        self.held_spans = 0
+
+    async def read(
+        self, chunks: AsyncIterable[bytes], *, timeout: float, progress_timeout: float
+    ) -> bytes:
+        """The whole body. `BodyStalled` when no chunk came for `progress_timeout` seconds,
+        TimeoutError when the whole body took over `timeout`, `InflightFull` when the next
+        chunk would pass the in-flight limit (what arrived so far is held until
+        `release`)."""
+        admission = self._admission
+        body = bytearray()
+        iterator = aiter(chunks)
+        with anyio.fail_after(timeout):
+            while True:
+                with anyio.move_on_after(progress_timeout) as waiting:
+                    chunk = await anext(iterator, None)
+                if waiting.cancelled_caught:
+                    raise BodyStalled
+                if chunk is None:
+                    return bytes(body)
+                if not admission.bytes.try_acquire(len(chunk)):
+                    raise InflightFull
+                self.held_bytes += len(chunk)
+                body += chunk
+                spans = admission.spans_per_byte.estimate(self.held_bytes) - self.held_spans
+                admission.coming_spans += spans
+                self.held_spans += spans
+
+    def release(self) -> None:
+        self._admission.bytes.release(self.held_bytes)
+        self._admission.coming_spans -= self.held_spans
+        self.held_bytes = self.held_spans = 0

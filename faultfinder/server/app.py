@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import gc
 import logging
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 
 from litestar import Litestar, Request, Response
 from litestar.datastructures import State
-from litestar.exceptions import NotFoundException
+from litestar.middleware import DefineMiddleware
 from litestar.openapi.config import OpenAPIConfig
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsPlugin
 from litestar.types import Empty
@@ -23,7 +22,7 @@ from litestar.utils.scope.state import ScopeState
 from faultfinder import __version__
 from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.model import Attribution
-from faultfinder.server.admission import IngestAdmission
+from faultfinder.server.admission import IngestAdmission, SpansPerByte
 from faultfinder.server.api.alarms import AlarmController
 from faultfinder.server.api.attribute import AttributeController
 from faultfinder.server.api.dashboard import (
@@ -39,37 +38,23 @@ from faultfinder.server.api.otlp import IngestServices, OtlpLogsController, Otlp
 from faultfinder.server.api.run_paths import EncodedRunIds
 from faultfinder.server.api.runs import RunController
 from faultfinder.server.api.stats import StatsController
-from faultfinder.server.attribution import AttributionService, AttributionWorker
 from faultfinder.server.audit_process import AuditorProcess
 from faultfinder.server.auth import KeyRing, require_key
-from faultfinder.server.composition import (
-    attributor_context_for,
-    learned_model_for,
-    load_plugins,
-    online_auditor_for,
-)
-from faultfinder.server.db.engine import create_engine
-from faultfinder.server.db.migrate import upgrade
+from faultfinder.server.composition import Composition, ProcessKind, publish_attribution
+from faultfinder.server.errors import ServerError, answer_for
 from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
+from faultfinder.server.http_guard import BoundedJsonRequest, HttpGuard, served_hosts
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.logs import flush_logs, logging_config
 from faultfinder.server.metrics import ServerMetrics
-from faultfinder.server.otlp.mapping import run_id_of
 from faultfinder.server.otlp.pool import BodyDecoder
+from faultfinder.server.receiver import Receiver
 from faultfinder.server.run_budget import RunSpanBudget
 from faultfinder.server.runs import RunService
 from faultfinder.server.settings import Settings, load_settings
-from faultfinder.server.store import (
-    AlarmStore,
-    BenchHistory,
-    JobQueue,
-    LabelStore,
-    SpanStore,
-    UnknownRunError,
-)
+from faultfinder.server.store import BenchHistory, LabelStore
 from faultfinder.server.sweeper import LifecycleSweeper
-from faultfinder.server.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +69,16 @@ at most 1 in ~500 did, the p99 fell by about 40 % and throughput rose by 15-25 %
 (reports/reliability.md and ingest.md)."""
 
 
-def unknown_run(request: Request[Any, Any, Any], exc: UnknownRunError) -> Response[Any]:
-    problem = NotFoundException(str(exc))
-    return Response(
-        {"status": 404, "title": "Not Found", "detail": str(exc)},
-        status_code=problem.status_code,
-        media_type="application/problem+json",
-    )
+def server_error(request: Request[Any, Any, Any], exc: ServerError) -> Response[Any]:
+    """A server error that reached the API (an unknown run is a 404 everywhere): Problem
+    Details with the status `errors.ANSWERS` gives it. A 500 tells nothing more."""
+    answer = answer_for(exc)
+    problem: dict[str, Any] = {"status": answer.http_status, "title": answer.title}
+    if answer.http_status < 500:
+        problem["detail"] = str(exc)
+    else:
+        log.error("%s answering %s %s", type(exc).__name__, request.method, request.url.path)
+    return Response(problem, status_code=answer.http_status, media_type="application/problem+json")
 
 
 def nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
@@ -113,7 +101,7 @@ def nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> R
 def create_app(settings: Settings | None = None) -> Litestar:
     """Build the sidecar: OTLP receivers, API, ingest writer, lifecycle, attribution worker."""
     settings = settings or load_settings()
-    load_plugins(settings)
+    composition = Composition(settings, ProcessKind.SERVE)  # loads the attributor plugins
     keys = KeyRing(settings.api_keys, settings.ingest_keys)
     events = EventBus()  # what the dashboard's live updates listen to
     metrics = ServerMetrics()
@@ -126,43 +114,20 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        if settings.migrate_on_start:
-            await asyncio.to_thread(upgrade, settings.database_url, show_progress=False)
-        engine = create_engine(settings.database_url)
-        store = SpanStore(
-            engine,
-            group_by_conversation=settings.group_by_conversation,
-            max_spans_per_run=settings.max_spans_per_run,
-        )
-        jobs = JobQueue(
-            engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff
-        )
+        service = await composition.open()
+        store, jobs, alarms = service.store, service.jobs, service.alarms
         writer = SpanWriter(
-            announcing(
-                store.write_spans, events, group_by_conversation=settings.group_by_conversation
-            ),
+            announcing(store.write_spans, events),
             max_queued_spans=settings.ingest_queue_spans,
             max_batch_spans=settings.ingest_batch_spans,
             ack_timeout=settings.ingest_ack_timeout,
-            budget=RunSpanBudget(
-                settings.max_spans_per_run,
-                functools.partial(run_id_of, group_by_conversation=settings.group_by_conversation),
-            ),
+            budget=RunSpanBudget(settings.max_spans_per_run, max_bytes=settings.max_run_bytes),
         )
         metrics.attach(writer, queue_capacity=settings.ingest_queue_spans)
-        learned_model = await asyncio.to_thread(learned_model_for, settings)
-        attribution = AttributionService(
-            store,
-            context=attributor_context_for(settings, learned_model),
-            timeout_s=settings.attribution_timeout,
-        )
-        webhooks = WebhookSender(settings.webhook_urls, secret=settings.webhook_secret)
+        webhooks = service.webhooks()
 
         async def announce(run_id: str | None, result: Attribution) -> None:
-            webhooks.publish(
-                "attribution.created",
-                {"run_id": run_id, "attribution": result.model_dump(mode="json")},
-            )
+            publish_attribution(webhooks, run_id, result)
             metrics.observe_attribution(result)
             events.publish(
                 ATTRIBUTION,
@@ -175,10 +140,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 },
             )
 
-        alarms = AlarmStore(engine)
-
         async def raise_alarm(alarm: Alarm) -> None:
             payload = dataclasses.asdict(alarm)
+            if payload["created_at"] is None:  # raised here, not read back: no stored time
+                del payload["created_at"]
             webhooks.publish("alarm.raised", payload)
             metrics.alarms.labels(alarm.agent).inc()
             events.publish(RUN_CHANGED, {"run_id": alarm.run_id})
@@ -193,14 +158,19 @@ def create_app(settings: Settings | None = None) -> Litestar:
         )
         app.state.update(
             alarms=alarms,
-            bench_history=BenchHistory(engine),
+            bench_history=BenchHistory(service.engine),
             decoder=decoder,
             store=store,
             jobs=jobs,
             writer=writer,
-            attribution=attribution,
-            runs=RunService(store, jobs, LabelStore(engine), alarms, settle=sweeper.settle),
-            ingest=IngestServices(settings, writer, admission, decoder),
+            attribution=service.attribution,
+            runs=RunService(store, jobs, LabelStore(service.engine), alarms, settle=sweeper.settle),
+            ingest=IngestServices(
+                settings,
+                Receiver(
+                    writer, admission, decoder, settings, spans_per_byte=admission.spans_per_byte
+                ),
+            ),
         )
         try:
             async with AsyncExitStack() as daemons:
@@ -209,7 +179,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
                 await daemons.enter_async_context(writer)
                 await daemons.enter_async_context(webhooks)
                 if settings.grpc_enabled:
-                    receiver = GrpcReceiver(writer, keys, admission, settings)
+                    # gRPC hands over bodies already inflated: it learns its own ratio.
+                    grpc_intake = Receiver(
+                        writer,
+                        admission,
+                        decoder,
+                        settings,
+                        spans_per_byte=SpansPerByte(initial=1 / 1000),
+                    )
+                    receiver = GrpcReceiver(grpc_intake, keys, settings)
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
                 await daemons.enter_async_context(sweeper)
@@ -218,20 +196,9 @@ def create_app(settings: Settings | None = None) -> Litestar:
                         AuditorProcess(settings, on_alarm=raise_alarm)
                     )
                 elif settings.audit:
-                    await daemons.enter_async_context(
-                        online_auditor_for(
-                            settings, store, alarms, learned_model, on_alarm=raise_alarm
-                        )
-                    )
+                    await daemons.enter_async_context(service.online_auditor(on_alarm=raise_alarm))
                 if settings.workers:
-                    worker = AttributionWorker(
-                        attribution,
-                        jobs,
-                        concurrency=settings.workers,
-                        lease_s=settings.job_lease,
-                        auto_attributors=tuple(settings.attributors),
-                        on_attribution=announce,
-                    )
+                    worker = service.attribution_worker(on_attribution=announce)
                     # A failed run's jobs start when they are queued, not at the next poll.
                     jobs.on_enqueue(worker.wake)
                     await daemons.enter_async_context(worker)
@@ -247,9 +214,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             sys.setswitchinterval(switch_interval)
             gc.unfreeze()
             events.close()
-            await attribution.aclose()
-            await store.aclose()
-            await engine.dispose()
+            await service.aclose()
             await asyncio.to_thread(flush_logs)
 
     app = Litestar(
@@ -268,10 +233,18 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ],
         lifespan=[lifespan],
         guards=[require_key],
-        middleware=[DashboardGate],
+        # Unknown Host names and cross-site or non-JSON writes are refused before anything.
+        middleware=[
+            DefineMiddleware(
+                HttpGuard, allowed_hosts=served_hosts(settings.allowed_hosts, settings.host)
+            ),
+            DashboardGate,
+        ],
+        request_class=BoundedJsonRequest,
         plugins=[ProblemDetailsPlugin(ProblemDetailsConfig(enable_for_all_http_exceptions=True))],
-        # Services raise the store's UnknownRunError; it is a 404 everywhere, mapped once.
-        exception_handlers={UnknownRunError: unknown_run, RecursionError: nested_too_deeply},
+        # Services raise the server's errors (the store's UnknownRunError: 404); each is
+        # answered from the one table in errors.py.
+        exception_handlers={ServerError: server_error, RecursionError: nested_too_deeply},
         template_config=dashboard_templates(),
         logging_config=logging_config(),
         openapi_config=OpenAPIConfig(title="faultfinder", version=__version__, path="/schema"),

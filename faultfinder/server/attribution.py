@@ -3,7 +3,9 @@
 `AttributionService.attribute` runs one attributor on one trajectory and always
 returns a validated `Attribution` (a failure is a value with its reason).
 `AttributionWorker` is the daemon that claims jobs, renews their leases while it
-works, stores results exactly once, and retries failures with backoff.
+works, stores results exactly once, and retries failures with backoff. It claims in two
+lanes: the jobs of attributors that ask a model, and those of the zero-LLM ones, each
+with slots of its own, so a model taking minutes never delays a zero-LLM answer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,6 +25,8 @@ import anyio
 from faultfinder.attributors.base import (
     AttributeOptions,
     Attributor,
+    available_attributors,
+    calls_model,
     close_attributor,
     get_attributor,
 )
@@ -180,11 +185,49 @@ class AttributionService:
         return None
 
 
+@dataclass(frozen=True)
+class Lane:
+    """The jobs some of a worker's slots claim: those of the attributors in `only` (all
+    when None), except those in `excluding`."""
+
+    name: str
+    only: frozenset[str] | None = None
+    excluding: frozenset[str] = frozenset()
+
+
+def zero_llm_attributors() -> frozenset[str]:
+    """The registered attributors that ask no model (`base.calls_model`)."""
+    return frozenset(name for name in available_attributors() if not calls_model(name))
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How many jobs a worker runs at once: `model` of attributors that ask a model (at
+    least one), `zero_llm` of the others (0: the `model` slots take those too)."""
+
+    model: int = 1
+    zero_llm: int = 0
+
+
+def lanes(slots: Slots) -> list[tuple[Lane, int]]:
+    """Each lane with its slots: with `zero_llm` slots the zero-LLM attributors get a lane
+    of their own (first: it does the queue's housekeeping, never held up by a model) and
+    the `model` slots take every other job; without, those take all."""
+    if slots.zero_llm <= 0:
+        return [(Lane("any"), max(1, slots.model))]
+    fast = zero_llm_attributors()
+    return [
+        (Lane("zero-llm", only=fast), slots.zero_llm),
+        (Lane("model", excluding=fast), max(1, slots.model)),
+    ]
+
+
 class AttributionWorker(Daemon):
     """Daemon: claim jobs, attribute, store; `async with AttributionWorker(...)`.
 
-    `concurrency` loops claim and run jobs side by side; the first also does the
-    queue's housekeeping."""
+    `slots.model` loops claim and run the jobs of attributors that ask a model side by
+    side, and `slots.zero_llm` loops those of the zero-LLM ones (with 0, the first loops
+    take every job); the first loop also does the queue's housekeeping."""
 
     name = "faultfinder-worker"
 
@@ -193,7 +236,7 @@ class AttributionWorker(Daemon):
         service: AttributionService,
         jobs: JobQueue,
         *,
-        concurrency: int = 1,
+        slots: Slots = Slots(),
         poll_interval: float = 0.5,
         lease_s: float = 60.0,
         auto_attributors: tuple[str, ...] = (),
@@ -203,7 +246,7 @@ class AttributionWorker(Daemon):
         super().__init__()
         self._service = service
         self._jobs = jobs
-        self._concurrency = concurrency
+        self._slots = slots
         self._poll_interval = poll_interval
         self._lease_s = lease_s
         self._auto = auto_attributors
@@ -227,20 +270,33 @@ class AttributionWorker(Daemon):
             await asyncio.wait_for(self._work.wait(), self._poll_interval)
         self._work.clear()
 
+    def lanes(self) -> list[tuple[Lane, int]]:
+        """The worker's lanes and their slots (the attributors registered by now)."""
+        return lanes(self._slots)
+
     def loops(self) -> list[Coroutine[Any, Any, None]]:
-        return [self._loop(slot) for slot in range(self._concurrency)]
+        loops: list[Coroutine[Any, Any, None]] = []
+        for lane, slots in self.lanes():
+            for _ in range(slots):
+                loops.append(self._loop(lane, housekeeping=not loops))
+        return loops
 
     async def run(self) -> None:
-        await self._loop(0)
+        await self._loop(Lane("any"), housekeeping=True)
 
-    async def _loop(self, slot: int) -> None:
+    async def _loop(self, lane: Lane, *, housekeeping: bool) -> None:
         while not self.stopping:
             try:
-                if slot == 0:
+                if housekeeping:
                     # Housekeeping on one slot: jobs of dead workers, failed runs without jobs.
                     await self._jobs.requeue_expired()
                     await self._jobs.enqueue_for_failed_runs(self._auto)
-                job = await self._jobs.claim(self.worker_id, lease_s=self._lease_s)
+                job = await self._jobs.claim(
+                    self.worker_id,
+                    lease_s=self._lease_s,
+                    only=lane.only,
+                    excluding=lane.excluding,
+                )
             except Exception as error:
                 log_round_failure(log, "claiming a job", error)
                 job = None

@@ -26,9 +26,9 @@ import anyio
 import anyio.to_thread
 
 from faultfinder.attributors.auditor import Alarm, Auditor
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.daemon import PeriodicDaemon
 from faultfinder.server.db.models import RunStatus
-from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import AlarmStore, RunRow, SpanStore
 from faultfinder.server.trajectories import run_trajectory
 

@@ -6,7 +6,8 @@ Here it runs in a spawned process with its own database connections: it reads th
 running runs, scores them and stores its alarms itself, and sends each alarm it stored
 back over a pipe, where the serving process announces it (webhooks, metrics, the
 dashboard's live updates) as if it had raised it. A process that dies is started again
-after `RESTART_DELAY` seconds; alarms are idempotent per run, so one raised twice is
+after `RESTART_DELAY` seconds, twice as long each time it died soon after starting (at most
+`MAX_RESTART_DELAY`); alarms are idempotent per run, so one raised twice is
 stored and announced once.
 """
 
@@ -18,6 +19,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import time
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -26,12 +28,43 @@ from faultfinder.server.audit import OnAlarm
 from faultfinder.server.daemon import Daemon
 from faultfinder.server.settings import Settings
 
-__all__ = ["NICENESS", "RESTART_DELAY", "AuditorProcess"]
+__all__ = [
+    "MAX_RESTART_DELAY",
+    "NICENESS",
+    "RESTART_DELAY",
+    "STABLE_AFTER",
+    "AuditorProcess",
+    "RestartBackoff",
+]
 
 log = logging.getLogger(__name__)
 
 RESTART_DELAY = 1.0
-"""Seconds before an auditor process that died is started again."""
+"""Seconds before an auditor process that died is started again, the first time."""
+
+MAX_RESTART_DELAY = 60.0
+"""The longest wait before starting it again: the delay doubles each time a process dies
+within `STABLE_AFTER` seconds of its start (a database it cannot open, say, kills every
+one at once: without a backoff it was started again 78 times in 40 s)."""
+
+STABLE_AFTER = 60.0
+"""Seconds a process must have run for its death to reset the delay to `RESTART_DELAY`."""
+
+
+class RestartBackoff:
+    """How long to wait before starting a process that died, given how long it ran."""
+
+    def __init__(self) -> None:
+        self.delay = RESTART_DELAY
+
+    def after(self, ran_for: float) -> float:
+        """The wait before the next start; a process that died young doubles the next."""
+        if ran_for >= STABLE_AFTER:
+            self.delay = RESTART_DELAY
+        wait = self.delay
+        self.delay = min(MAX_RESTART_DELAY, self.delay * 2)
+        return wait
+
 
 NICENESS = 10
 """How much lower the auditor process's scheduling priority is than the serving
@@ -53,6 +86,8 @@ class AuditorProcess(Daemon):
         self._on_alarm = on_alarm
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
+        self._backoff = RestartBackoff()
+        self._started_at = 0.0
 
     def _spawn(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -64,6 +99,7 @@ class AuditorProcess(Daemon):
             daemon=True,
         )
         process.start()
+        self._started_at = time.monotonic()
         theirs.close()
         self._process, self._connection = process, ours
 
@@ -92,12 +128,13 @@ class AuditorProcess(Daemon):
     async def _restart(self) -> None:
         process = self._process
         code = process.exitcode if process is not None else None
+        delay = self._backoff.after(time.monotonic() - self._started_at)
         log.error(
             "the online auditor's process ended (exit code %s); starting it again in %g s",
             code,
-            RESTART_DELAY,
+            delay,
         )
-        if await self.pause(RESTART_DELAY):
+        if await self.pause(delay):
             return
         await asyncio.to_thread(self._end)
         await asyncio.to_thread(self._spawn)
@@ -152,28 +189,18 @@ def audit_in_process(settings: Settings, connection: Connection, log_level: int)
 
 
 async def _audit(settings: Settings, connection: Connection) -> None:
-    from faultfinder.server.composition import learned_model_for, online_auditor_for
-    from faultfinder.server.db.engine import create_engine
-    from faultfinder.server.store import AlarmStore, SpanStore
+    from faultfinder.server.composition import Composition, ProcessKind
 
-    engine = create_engine(settings.database_url)
-    store = SpanStore(
-        engine,
-        group_by_conversation=settings.group_by_conversation,
-        max_spans_per_run=settings.max_spans_per_run,
-    )
+    service = await Composition(settings, ProcessKind.AUDITOR).open()
 
     async def forward(alarm: Alarm) -> None:
         with contextlib.suppress(OSError, BrokenPipeError):
             connection.send(alarm)
 
     try:
-        learned_model = await asyncio.to_thread(learned_model_for, settings)
-        async with online_auditor_for(
-            settings, store, AlarmStore(engine), learned_model, on_alarm=forward
-        ):
+        async with service.online_auditor(on_alarm=forward):
             # Until the serving process says stop, or goes: its end of the pipe closes
             # then, which reads as the end of the pipe here.
             await _readable(connection)
     finally:
-        await engine.dispose()
+        await service.aclose()

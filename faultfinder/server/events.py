@@ -19,9 +19,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.ingest import WriteSpans
-from faultfinder.server.otlp.mapping import run_id_of
-from faultfinder.server.otlp.model import SpanRecord
 
 log = logging.getLogger(__name__)
 
@@ -147,18 +146,14 @@ class EventBus:
             self._end(subscription, missed=False)
 
 
-def announcing(write: WriteSpans, bus: EventBus, *, group_by_conversation: bool) -> WriteSpans:
+def announcing(write: WriteSpans, bus: EventBus) -> WriteSpans:
     """`write` (the span store's) that also publishes which runs got new spans."""
 
     async def write_and_announce(spans: Sequence[SpanRecord]) -> int:
         stored: int = await write(spans)
         if stored:
-            # Only the run ids: the store already read each span's other run facts.
-            runs = list(
-                dict.fromkeys(
-                    run_id_of(span, group_by_conversation=group_by_conversation) for span in spans
-                )
-            )
+            # The run ids the decoder stamped on the spans.
+            runs = list(dict.fromkeys(span.run_id for span in spans))
             listed = runs if len(runs) <= MAX_RUN_IDS else []
             bus.publish(SPANS_STORED, {"spans": stored, "runs": listed, "run_count": len(runs)})
         return stored

@@ -1,4 +1,5 @@
-"""OTLP/gRPC TraceService on its own port, sharing the ingest pipeline with OTLP/HTTP;
+"""OTLP/gRPC TraceService on its own port, sharing the receiver pipeline with OTLP/HTTP
+(`faultfinder/server/receiver.py`, answered from `faultfinder/server/errors.py`'s table);
 LogsService beside it for the GenAI events instrumentations send as log records
 (`faultfinder/server/otlp/log_events.py`).
 
@@ -7,7 +8,7 @@ the same wait the OTLP/HTTP receiver would give in Retry-After (`faultfinder/ser
 one admission for both receivers): as `grpc-status-details-bin`, where the Collector's
 exporters look for it, and as `google.rpc.retryinfo-bin`, where the OpenTelemetry Python
 exporter does. A request that would find the queue full is refused before it is parsed.
-The service parses each request's bytes itself, so a message that is not an
+The pipeline parses each request's bytes itself, so a message that is not an
 `ExportTraceServiceRequest` gets INVALID_ARGUMENT (not retried), not gRPC's UNKNOWN and
 a logged traceback.
 """
@@ -15,22 +16,20 @@ a logged traceback.
 from __future__ import annotations
 
 import logging
-import time
+from dataclasses import dataclass
+from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
-from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from faultfinder.conventions import PROJECT_HEADER
-from faultfinder.server.admission import IngestAdmission, Refused, SpansPerByte
 from faultfinder.server.auth import KeyRing, presented_key
-from faultfinder.server.errors import TooManySpansError
-from faultfinder.server.ingest import SpanWriter, Stored
-from faultfinder.server.otlp.decode import DecodedBatch, DecodeError, decode_request
-from faultfinder.server.otlp.log_events import decode_logs_protobuf
+from faultfinder.server.errors import Refused, ServerError, answer_for
+from faultfinder.server.ingest import Stored
+from faultfinder.server.receiver import Export, Receiver, WholeBody
 from faultfinder.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,9 @@ log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+"""`grpc.StatusCode` by its number (the `google.rpc.Code` numbers `errors.ANSWERS` gives)."""
 
 
 def retry_trailers(message: str, seconds: int) -> tuple[tuple[str, bytes], ...]:
@@ -53,34 +55,9 @@ def retry_trailers(message: str, seconds: int) -> tuple[tuple[str, bytes], ...]:
 
 
 class _TraceService:
-    def __init__(
-        self,
-        writer: SpanWriter,
-        keys: KeyRing,
-        admission: IngestAdmission,
-        *,
-        max_spans: int | None,
-        queue_limit: int,
-        retry_after: int,
-    ) -> None:
-        self._writer = writer
+    def __init__(self, receiver: Receiver, keys: KeyRing) -> None:
+        self._receiver = receiver
         self._keys = keys
-        self._admission = admission
-        self._max_spans = max_spans
-        self._queue_limit = queue_limit
-        self._retry_after = retry_after
-        self._spans_per_byte = SpansPerByte(initial=1 / 1000)
-        """Learned apart from OTLP/HTTP's: gRPC hands over bodies already inflated."""
-
-    async def _retry_later(
-        self,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-        message: str,
-        seconds: int,
-    ) -> None:
-        await context.abort(
-            grpc.StatusCode.UNAVAILABLE, message, trailing_metadata=retry_trailers(message, seconds)
-        )
 
     async def Export(
         self,
@@ -88,6 +65,9 @@ class _TraceService:
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> trace_service_pb2.ExportTraceServiceResponse:
         stored = await self._take(body, context, logs=False)
+        del body  # a refusal below must not keep the request alive through its traceback
+        if isinstance(stored, _Refusal):
+            await stored.abort(context)
         response = trace_service_pb2.ExportTraceServiceResponse()
         if stored.rejected:
             response.partial_success.rejected_spans = stored.rejected
@@ -100,7 +80,10 @@ class _TraceService:
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> logs_service_pb2.ExportLogsServiceResponse:
         """LogsService's Export: the GenAI events among the records, taken like spans."""
-        await self._take(body, context, logs=True)
+        stored = await self._take(body, context, logs=True)
+        del body
+        if isinstance(stored, _Refusal):
+            await stored.abort(context)
         return logs_service_pb2.ExportLogsServiceResponse()
 
     async def _take(
@@ -109,73 +92,39 @@ class _TraceService:
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
         *,
         logs: bool,
-    ) -> Stored:
-        """Check the key, admit, decode and store one request's body; what was stored."""
+    ) -> Stored | _Refusal:
+        """Check the key, then the receiver pipeline; its error as the `_Refusal` to
+        answer with, which the caller sends once it no longer holds the request's bytes."""
         metadata = dict(context.invocation_metadata() or ())
         if self._keys.enabled:
             key = presented_key(
                 _text(metadata.get("authorization")), _text(metadata.get("x-api-key"))
             )
             if not self._keys.may_ingest(key):
-                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
-        project = metadata.get(PROJECT_HEADER)
-        admission = self._admission
-        # Log records are no guide to how many spans a body holds: they teach the
-        # estimate nothing and count as one span.
-        expected = 1 if logs else self._spans_per_byte.estimate(len(body))
-        message = admission.queue_refusal(self._writer.queued_spans, expected, self._queue_limit)
-        if message:
-            self._writer.counters.reject_request("saturated")
-            await self._retry_later(context, message, admission.advice.refused())
-        admission.coming_spans += expected
+                return _Refusal(grpc.StatusCode.UNAUTHENTICATED, "a valid API key is required")
+        export = Export(logs=logs, project_header=_text(metadata.get(PROJECT_HEADER)))
         try:
-            batch = await self._decode(body, project, context, logs=logs)
-        finally:
-            admission.coming_spans -= expected
-        if not logs:
-            self._spans_per_byte.observe(len(body), len(batch.spans) + batch.rejected)
-        try:
-            return await admission.store(self._writer, batch, unavailable_wait=self._retry_after)
-        except Refused as refused:
-            await self._retry_later(context, str(refused), refused.seconds)
-            raise AssertionError("unreachable") from refused
+            return await self._receiver.export(export, WholeBody(body))
+        except ServerError as exc:
+            # Answered outside this block: `context.abort` raises, and raised here its
+            # exception would chain this one, whose traceback holds the pipeline's frames
+            # and, through them, the request (tens of MiB) for as long as gRPC keeps it.
+            trailers = retry_trailers(str(exc), exc.seconds) if isinstance(exc, Refused) else ()
+            refusal = _Refusal(_STATUS_CODES[answer_for(exc).grpc_code], str(exc), trailers)
+        return refusal
 
-    async def _decode(
-        self,
-        body: bytes,
-        project: object,
-        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
-        *,
-        logs: bool,
-    ) -> DecodedBatch:
-        decode_started = time.perf_counter()
-        request = None  # a log request parses its bytes itself (a DecodeError below)
-        if not logs:
-            try:
-                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-            except (ProtobufDecodeError, ValueError) as exc:
-                self._writer.counters.reject_request("undecodable")
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportTraceServiceRequest: {exc}"
-                )
-                raise AssertionError("unreachable") from exc
-        header = project if isinstance(project, str) else None
-        try:
-            batch = (
-                decode_logs_protobuf(body, project_header=header, max_records=self._max_spans)
-                if request is None
-                else decode_request(request, project_header=header, max_spans=self._max_spans)
-            )
-        except TooManySpansError as exc:
-            self._writer.counters.reject_request("too_many_spans")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            raise AssertionError("unreachable") from exc
-        except DecodeError as exc:
-            self._writer.counters.reject_request("undecodable")
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            raise AssertionError("unreachable") from exc
-        self._writer.counters.decode_seconds.observe(time.perf_counter() - decode_started)
-        return batch
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """How a call is refused: its status, message and trailing metadata."""
+
+    code: grpc.StatusCode
+    message: str
+    trailers: tuple[tuple[str, bytes], ...] = ()
+
+    async def abort(self, context: grpc.aio.ServicerContext) -> NoReturn:  # type: ignore[type-arg]
+        await context.abort(self.code, self.message, trailing_metadata=self.trailers)
+        raise AssertionError("unreachable: abort raises")
 
 
 def _text(value: object) -> str | None:
@@ -185,19 +134,12 @@ def _text(value: object) -> str | None:
 class GrpcReceiver:
     """The gRPC server as a small daemon: `async with GrpcReceiver(...)`."""
 
-    def __init__(
-        self, writer: SpanWriter, keys: KeyRing, admission: IngestAdmission, settings: Settings
-    ) -> None:
-        self._service = _TraceService(
-            writer,
-            keys,
-            admission,
-            max_spans=settings.max_spans_per_request,
-            queue_limit=settings.ingest_queue_spans,
-            retry_after=settings.retry_after,
-        )
+    def __init__(self, receiver: Receiver, keys: KeyRing, settings: Settings) -> None:
+        self._service = _TraceService(receiver, keys)
         self._address = f"{settings.host}:{settings.grpc_port}"
-        self._max_message_bytes = settings.max_decompressed_bytes
+        # The most an OTLP/HTTP body may be on the wire: gRPC core buffers a whole message
+        # before the pipeline sees it, so a larger one is refused there, unread.
+        self._max_message_bytes = settings.max_request_bytes
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None
 

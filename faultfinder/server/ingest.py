@@ -11,9 +11,11 @@ error (database locked or busy, connection lost, serialization failure, deadlock
 retried with backoff. Any other error — or a transient-looking one that keeps coming
 back — splits the batch in halves that are stored separately, down to one submission
 and then one span, so every storable span is stored and only a span the database
-refuses is rejected: counted, logged by id (never by content) and reported to its
-submitter as a partial success. A single span is never rejected for a transient
-error; a database outage only ever delays ingest. A database that refuses every write
+refuses is rejected (a submission whose spans fail more than `SPLIT_BUDGET`
+transactions has the ones still failing rejected together, in bounded time): counted,
+logged by id (never by content) and reported to its submitter as a partial success.
+A single span is never rejected for a transient error; a database outage only ever
+delays ingest. A database that refuses every write
 (read-only after a failover, full, without privileges) is such an outage: requests get
 503 with Retry-After (at once once writes have failed for `FAIL_FAST_AFTER` seconds) and
 `/readyz` reports it, never a 200 partial success that exporters would not retry.
@@ -29,9 +31,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.daemon import Daemon
 from faultfinder.server.db.failures import error_class, is_transient, retry_reason
-from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.server.errors import IngestSaturatedError as IngestSaturatedError
+from faultfinder.server.errors import IngestUnavailableError as IngestUnavailableError
+from faultfinder.server.errors import InternalSignal
 from faultfinder.server.run_budget import RUN_TOO_LARGE, Admitted, RunSpanBudget
 
 log = logging.getLogger(__name__)
@@ -53,16 +58,15 @@ STOP_GRACE = 10.0
 up on the spans still queued (never acknowledged: their requests got 503)."""
 
 
-class _GaveUp(Exception):
+class _GaveUp(InternalSignal):
     """The writer is stopping and the database still refuses writes."""
 
 
-class IngestSaturatedError(Exception):
-    """The queue is full: the caller should retry later."""
-
-
-class IngestUnavailableError(Exception):
-    """The spans could not be stored in time (database down or too slow)."""
+SPLIT_BUDGET = 32
+"""Refused transactions of one submission's spans before the spans of it that still fail
+are rejected together rather than split further: enough to isolate one bad span in a
+20,000-span request (15 halvings), bounded when every span is bad (a few dozen
+transactions, not one per span)."""
 
 
 UNSTORABLE = "unstorable"
@@ -84,6 +88,8 @@ class _Pending:
     queued_at: float = field(default_factory=time.perf_counter)
     rejected: list[str] = field(default_factory=list)
     """One line per span the database refused."""
+    failed_writes: int = 0
+    """Transactions of this submission's spans alone that the database refused."""
 
     def outcome(self) -> Stored:
         if not self.rejected:
@@ -374,8 +380,16 @@ class SpanWriter(Daemon):
             if error is None:
                 continue
             halves = _split(group)
+            if len(group) == 1:
+                group[0].item.failed_writes += 1
             if halves is None:
                 self._reject(group[0], error)
+            elif len(group) == 1 and group[0].item.failed_writes > SPLIT_BUDGET:
+                # A submission full of spans the database refuses (every run id too long
+                # for its index, say) would take a transaction per span to isolate while
+                # every other export waits: past its budget, what still fails is refused
+                # whole.
+                self._reject_all(group[0], error)
             else:
                 # The first half first: "latest value wins" run facts keep arrival order.
                 waiting.extend(reversed(halves))
@@ -421,15 +435,27 @@ class SpanWriter(Daemon):
             self.counters.batches_written += 1
             return None
 
-    def _reject(self, part: _Part, error: BaseException) -> None:
+    def _reject_all(self, part: _Part, error: BaseException) -> None:
+        log.error(
+            "rejected %d spans of one request: the database refused them (%s), and its "
+            "spans had failed %d transactions",
+            len(part.spans),
+            error_class(error),
+            part.item.failed_writes,
+        )
+        for span in part.spans:
+            self._reject(_Part(part.item, (span,)), error, logged=False)
+
+    def _reject(self, part: _Part, error: BaseException, *, logged: bool = True) -> None:
         span = part.spans[0]
         reason = error_class(error)
-        log.error(
-            "rejected span %s of trace %s: the database refused it (%s)",
-            span.span_id,
-            span.trace_id,
-            reason,
-        )
+        if logged:
+            log.error(
+                "rejected span %s of trace %s: the database refused it (%s)",
+                span.span_id,
+                span.trace_id,
+                reason,
+            )
         self.counters.reject_spans(UNSTORABLE, 1)
         part.item.rejected.append(
             f"span {span.span_id} of trace {span.trace_id} could not be stored ({reason})"

@@ -2,9 +2,14 @@
 
 Rules (applied by `sweep`, which a daemon calls every few seconds):
 
-- A `running` run finishes when an outcome was posted for it (at once), or when its
-  root span has ended and no new span arrived for the quiet period. The root is the
-  span without a parent, or whose parent is in another process (OTLP span flags).
+- A `running` run finishes when an outcome was posted for it (at once), when its root
+  span ended in ERROR and its outcome attribute says `failure` (`declared_failed`: what
+  the SDK's `r.fail()` sends; at once), or when its root span has ended and no new span
+  arrived for the quiet period. The root is the span without a parent, or whose parent
+  is in another process (OTLP span flags). Spans that arrive after a run finished at
+  once are stored and shown with it; its attributions stand as made (re-attribute
+  through the API to include them), as for a posted outcome: an exporter sends a
+  run's children before the root that ends after them, so they are rarely late.
 - A run with only orphan spans (its root has not arrived) finishes after the quiet
   period measured from its last span when nothing says where the root is (a lost root
   must not keep a run open forever). When its spans' sender says their parents are in
@@ -34,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from faultfinder.server.otlp.model import SpanRecord, StatusCode
+from faultfinder.reading.model import SpanRecord, StatusCode
 from faultfinder.server.settings import DEFAULT_UNFINISHED_AFTER_S
 from faultfinder.server.store import RunOutcome, RunRow, RunStatus, SpanStore
 
@@ -43,6 +48,7 @@ __all__ = [
     "RunTransition",
     "awaits_root",
     "decide",
+    "declared_failed",
     "is_failure",
     "sweep",
     "work_failed",
@@ -122,6 +128,17 @@ def awaits_root(run: RunRow) -> bool:
     return run.root_span_id is None and run.local_parent
 
 
+def declared_failed(run: RunRow) -> bool:
+    """The run said itself that it failed: its root span ended with status ERROR and its
+    outcome attribute is `failure` (the SDK's `r.fail()`). Nothing is left to wait for."""
+    return bool(
+        run.root_span_id is not None
+        and run.root_ended
+        and run.root_error
+        and run.outcome == RunOutcome.FAILURE
+    )
+
+
 def decide(
     run: RunRow,
     *,
@@ -141,7 +158,7 @@ def decide(
     """
     finished = RunStatus.FAILED if is_failure(run, work_failed=work_failed) else RunStatus.COMPLETE
     if run.status == RunStatus.RUNNING:
-        if run.outcome_posted_at is not None:
+        if run.outcome_posted_at is not None or declared_failed(run):
             return finished
         quiet = run.last_span_received_at + quiet_period_ns <= now_ns
         if awaits_root(run):

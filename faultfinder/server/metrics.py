@@ -10,7 +10,7 @@ has its own registry (several apps in one process do not collide).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -254,8 +254,9 @@ class ServerMetrics:
         )
         self.blame = Counter(
             "faultfinder_blame",
-            "Failed runs blamed on each agent, by the attributor that blamed it.",
-            ["agent", "attributor"],
+            "Failed runs blamed on each agent, by the attributor that blamed it and the"
+            " failure mode it found (a Who&When Pro code, or `unknown` for a guess).",
+            ["agent", "attributor", "mode"],
             registry=self.registry,
         )
 
@@ -265,6 +266,19 @@ class ServerMetrics:
             ["agent"],
             registry=self.registry,
         )
+
+        self.verifications = Counter(
+            "faultfinder_verifications",
+            "Candidate steps tested by counterfactual replay (`faultfinder verify`), by"
+            " result: flipped, still_failed, diverged, unmapped, error.",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def observe_verification(self, results: Iterable[str]) -> None:
+        """Count one posted verification's candidates by result."""
+        for result in results:
+            self.verifications.labels(result).inc()
 
     def attach(self, writer: SpanWriter, *, queue_capacity: int) -> None:
         """Read ingest figures from `writer` (called once the writer exists)."""
@@ -287,7 +301,7 @@ class ServerMetrics:
             if errors or not ok:
                 self.llm_errors.labels(method).inc(errors + (0 if ok else 1))
         if ok and attribution.agent is not None:
-            self.blame.labels(attribution.agent, method).inc()
+            self.blame.labels(attribution.agent, method, attribution.mode or "unknown").inc()
 
     async def refresh(
         self, store: SpanStore, jobs: JobQueue, bench: BenchHistory | None = None

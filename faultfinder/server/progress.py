@@ -1,4 +1,5 @@
-"""Progress bars that still show progress when stderr is a file or a pipe.
+"""Progress bars that still show progress when stderr is a file or a pipe, and tables
+printed whole there (`table_console`).
 
 rich draws its bars only on a terminal; written to a CI log or `2> run.log` a bar shows
 nothing until the job ends (then its final state), so a five-minute benchmark looks
@@ -9,11 +10,14 @@ rich's bar and nothing else.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
+from rich import filesize
 from rich import progress as rich_progress
-from rich.progress import ProgressColumn, TaskID
+from rich.console import Console
+from rich.progress import DownloadColumn, ProgressColumn, TaskID
 
 
 class Progress(rich_progress.Progress):
@@ -22,9 +26,17 @@ class Progress(rich_progress.Progress):
     ) -> None:
         super().__init__(*columns, **kwargs)
         self._plain = not self.disable and not self.console.is_terminal
+        self._bytes = any(isinstance(column, DownloadColumn) for column in self.columns)
         self._every_s = every_s
         self._last_line: dict[TaskID, float] = {}
         self._finished: set[TaskID] = set()
+
+    def _amount(self, value: float) -> str:
+        """A count as people write it: bytes as sizes (8.4 MB) when the bar shows a download,
+        whole numbers without an exponent."""
+        if self._bytes:
+            return filesize.decimal(int(value))
+        return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
 
     def update(self, task_id: TaskID, **kwargs: Any) -> None:
         super().update(task_id, **kwargs)
@@ -45,12 +57,26 @@ class Progress(rich_progress.Progress):
         self._last_line[task_id] = now
         if task.finished:
             self._finished.add(task_id)
-        done = f"{task.completed:g}"
+        done = self._amount(task.completed)
         if task.total is not None:
-            done += f"/{task.total:g}"
+            done += f"/{self._amount(task.total)}"
             if task.total > 0:
                 done += f" ({100 * task.completed / task.total:.0f} %)"
         elapsed = task.elapsed or 0.0
         self.console.print(
             f"{task.description}: {done}, {elapsed:.0f} s", markup=False, highlight=False
         )
+
+
+PIPED_WIDTH = 1000
+"""Columns a table may take when its output is not a terminal."""
+
+
+def table_console(*, stderr: bool = False) -> Console:
+    """A console for tables: on a terminal, its width (rich fits and wraps them); written
+    to a pipe or a file, the table's own width (up to `PIPED_WIDTH`; `COLUMNS` still wins
+    when set), where rich would assume 80 columns and cut the cells to `hand-…`."""
+    console = Console(stderr=stderr)
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(stderr=stderr, width=PIPED_WIDTH)

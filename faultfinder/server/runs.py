@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
-from faultfinder.server.api.schemas import (
-    AlarmOut,
+from faultfinder.attributors.auditor import Alarm
+from faultfinder.attributors.model import (
+    Attribution,
+    AttributionStatus,
+    Trajectory,
+    normalise_agent,
+)
+from faultfinder.server.db.models import RunStatus
+from faultfinder.server.schemas import (
     AttributorAccuracy,
     BlameBucket,
     JobOut,
@@ -20,8 +26,8 @@ from faultfinder.server.api.schemas import (
     RunPage,
     RunSummary,
     Stats,
+    VerificationIn,
 )
-from faultfinder.server.db.models import RunStatus
 from faultfinder.server.store import (
     AlarmStore,
     Job,
@@ -33,6 +39,7 @@ from faultfinder.server.store import (
     UnknownRunError,
 )
 from faultfinder.server.trajectories import load_trajectory
+from faultfinder.server.verifications import counterfactual_attribution
 
 
 def _seconds(nanos: int | None) -> float | None:
@@ -71,6 +78,74 @@ def label_out(label: Label) -> LabelOut:
 
 SUMMARIES_AT_ONCE = 8
 """Runs of a listing summarised at once (each may hold its assembled trajectory)."""
+UNKNOWN_MODE = "unknown"
+"""The mode counted for an answer whose evidence names none (a guess)."""
+LEADING_SCAN_LIMIT = 2000
+"""Runs one filtered page (`agent`, `mode`) reads at most to fill itself."""
+
+
+def leading_attribution(
+    attributions: Sequence[Attribution], preferred: Sequence[str] = ()
+) -> Attribution | None:
+    """The answer a run leads with (its culprit on the runs list, its page's verdict): the
+    newest ok attribution of the first `preferred` attributor that has one, else the
+    newest ok attribution."""
+    ok = [a for a in attributions if a.status is AttributionStatus.OK]
+    for method in preferred:
+        mine = [a for a in ok if a.method == method]
+        if mine:
+            return mine[-1]
+    return ok[-1] if ok else None
+
+
+def _keep_all(attributions: Sequence[Attribution]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class CulpritFilter:
+    """Runs whose leading attribution (`leading_attribution` with the attributors
+    `preferred`) blames `agent` (any case) with failure mode `mode`; None matches any."""
+
+    agent: str | None = None
+    mode: str | None = None
+    preferred: tuple[str, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return self.agent is not None or self.mode is not None
+
+    def keeps(self, attributions: Sequence[Attribution]) -> bool:
+        lead = leading_attribution(attributions, self.preferred)
+        if lead is None or lead.agent is None:
+            return False
+        if self.agent is not None and normalise_agent(lead.agent) != normalise_agent(self.agent):
+            return False
+        return self.mode is None or (lead.mode or "").casefold() == self.mode.casefold()
+
+
+LISTED_TEXT_CHARS = 2000
+"""Longest task and outcome reason a runs listing shows (its run's page shows them whole)."""
+LISTED_AGENTS = 20
+"""Most agents a runs listing names per run (its run's page names them all)."""
+
+
+def _listed(summary: RunSummary) -> RunSummary:
+    """`summary` as a listing shows it: bounded whatever its run holds, so that a page of
+    500 runs stays a few MB even when each run's task is a megabyte."""
+    return summary.model_copy(
+        update={
+            "task": _shortened(summary.task),
+            "outcome_reason": _shortened(summary.outcome_reason),
+            "agents": summary.agents[:LISTED_AGENTS],
+        }
+    )
+
+
+def _shortened(text: str | None) -> str | None:
+    if text is None or len(text) <= LISTED_TEXT_CHARS:
+        return text
+    return f"{text[:LISTED_TEXT_CHARS]}…[truncated {len(text) - LISTED_TEXT_CHARS} chars]"
 
 
 class RunService:
@@ -120,6 +195,8 @@ class RunService:
             n_steps=n_steps,
             n_spans=row.n_spans,
             outcome=row.outcome,
+            outcome_reason=row.outcome_reason,
+            task=row.task,
             unfinished=row.unfinished,
             started_at=_seconds(row.started_at),
             ended_at=_seconds(row.ended_at),
@@ -131,30 +208,52 @@ class RunService:
         *,
         status: str | None = None,
         project: str | None = None,
-        agent: str | None = None,
+        culprit: CulpritFilter | None = None,
         since: float | None = None,
         until: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
-        rows, next_cursor, attributions = await self._store.list_runs_with_attributions(
-            status=status,
-            project=project,
-            limit=limit,
-            cursor=cursor,
-            blamed_agent=agent,
-            since_ns=int(since * 1e9) if since is not None else None,
-            until_ns=int(until * 1e9) if until is not None else None,
-        )
+        """Runs newest first; with a `culprit` filter, those whose leading attribution
+        names its agent and failure mode: the culprit a runs list shows, not any answer."""
+        keep = culprit.keeps if culprit is not None and culprit.active else _keep_all
+        agent = culprit.agent if culprit is not None else None
+        found: list[tuple[RunRow, list[Attribution]]] = []
+        next_cursor, scanned = cursor, 0
+        while True:
+            # Filtered, a page is read until it holds `limit` runs or LEADING_SCAN_LIMIT
+            # runs were read; its cursor resumes after the last run read.
+            rows, next_cursor, attributions = await self._store.list_runs_with_attributions(
+                status=status,
+                project=project,
+                limit=limit - len(found),
+                cursor=next_cursor,
+                blamed_agent=agent,
+                since_ns=int(since * 1e9) if since is not None else None,
+                until_ns=int(until * 1e9) if until is not None else None,
+            )
+            scanned += len(rows)
+            found += [
+                (row, attributions.get(row.id, []))
+                for row in rows
+                if keep(attributions.get(row.id, []))
+            ]
+            if (
+                keep is _keep_all
+                or next_cursor is None
+                or len(found) >= limit
+                or scanned >= LEADING_SCAN_LIMIT
+            ):
+                break
         # Several at once: a summary may read and assemble its run (off the event loop),
         # and one after the other each would wait for a busy loop again.
         at_once = asyncio.Semaphore(SUMMARIES_AT_ONCE)
 
-        async def summary(row: RunRow) -> RunSummary:
+        async def summary(row: RunRow, answers: list[Attribution]) -> RunSummary:
             async with at_once:
-                return await self._summary(row, attributions.get(row.id, []))
+                return _listed(await self._summary(row, answers))
 
-        items = await asyncio.gather(*(summary(row) for row in rows))
+        items = await asyncio.gather(*(summary(row, answers) for row, answers in found))
         return RunPage(items=items, next_cursor=next_cursor)
 
     async def get_run(
@@ -167,7 +266,7 @@ class RunService:
         summary = await self._summary(row, await self._store.list_attributions(row.id), trajectory)
         alarm = (await self._alarms.for_runs([run_id])).get(run_id) if self._alarms else None
         detail = RunDetail(
-            alarm=AlarmOut(**dataclasses.asdict(alarm)) if alarm is not None else None,
+            alarm=alarm,
             **summary.model_dump(exclude={"agents", "n_steps", "attributions"}),
             attributions=summary.attributions,
             agents=list(trajectory.agents),
@@ -183,10 +282,10 @@ class RunService:
             detail.trajectory = trajectory.model_copy(update=window)
         return detail
 
-    async def recent_alarms(self, limit: int = 100) -> list[AlarmOut]:
+    async def recent_alarms(self, limit: int = 100) -> list[Alarm]:
         if self._alarms is None:
             return []
-        return [AlarmOut(**dataclasses.asdict(a)) for a in await self._alarms.recent(limit)]
+        return await self._alarms.recent(limit)
 
     async def post_outcome(
         self,
@@ -247,6 +346,18 @@ class RunService:
         )
         return label_out(label)
 
+    async def add_verification(self, run_id: str, data: VerificationIn) -> Attribution:
+        """Store a counterfactual verification as the run's `counterfactual` attribution
+        (`server/verifications.py`); its steps must be the run's."""
+        row = await self._row(run_id)
+        trajectory = await load_trajectory(self._store, row)
+        outside = [c.step for c in data.candidates if c.step >= len(trajectory)]
+        if outside:
+            raise ValueError(f"candidates: steps {outside} are outside 0..{len(trajectory) - 1}")
+        attribution = counterfactual_attribution(data)
+        await self._store.add_attribution(run_id, attribution)
+        return attribution
+
     async def labels(self, run_id: str) -> list[LabelOut]:
         await self._row(run_id)
         return [label_out(label) for label in await self._labels.for_run(run_id)]
@@ -266,6 +377,7 @@ class RunService:
         for agent, created_at in first_by_run.values():
             if created_at >= since_ns:
                 buckets[int(created_at / 1e9) // bucket_s * bucket_s][agent] += 1
+        by_mode, modes_over_time = await self._modes(since_ns, bucket_s)
         labels = await self._labels.latest_by_run()
         scored: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
         latest: dict[tuple[str, str], tuple[str, int]] = {}
@@ -299,4 +411,24 @@ class RunService:
             ],
             bucket_seconds=bucket_s,
             accuracy=accuracy,
+            blame_by_mode=by_mode,
+            modes_over_time=modes_over_time,
         )
+
+    async def _modes(
+        self, since_ns: int, bucket_s: int
+    ) -> tuple[dict[str, int], list[BlameBucket]]:
+        """Failed runs per failure mode (all time) and per mode in each bucket since
+        `since_ns`; one vote per run, as blame by agent counts it."""
+        first_by_run: dict[str, tuple[str, int]] = {}
+        for run_id, _agent, mode, created_at in await self._store.ok_attribution_modes():
+            first_by_run.setdefault(run_id, (mode or UNKNOWN_MODE, created_at))
+        buckets: dict[int, Counter[str]] = defaultdict(Counter)
+        for mode, created_at in first_by_run.values():
+            if created_at >= since_ns:
+                buckets[int(created_at / 1e9) // bucket_s * bucket_s][mode] += 1
+        totals = Counter(mode for mode, _ in first_by_run.values())
+        return dict(totals.most_common()), [
+            BlameBucket(start=float(start), counts=dict(counts))
+            for start, counts in sorted(buckets.items())
+        ]

@@ -20,6 +20,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from faultfinder.server.errors import SettingsError as SettingsError
+
 CONFIG_ENV = "FAULTFINDER_CONFIG"
 """Environment variable naming a TOML settings file (keys = field names)."""
 
@@ -29,10 +31,6 @@ CommaList = Annotated[list[str], NoDecode]
 
 DEFAULT_UNFINISHED_AFTER_S = 300.0
 """The `unfinished_after` setting's default (seconds); the lifecycle's too."""
-
-
-class SettingsError(ValueError):
-    """A setting has an invalid value; the message names the setting and its variable."""
 
 
 def default_processes() -> int:
@@ -93,6 +91,13 @@ class Settings(BaseSettings):
         description="Most spans one run may have: ingest refuses a full run's further spans"
         " (partial success) and reading a run stops there.",
     )
+    max_run_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        gt=0,
+        description="Bytes of attribute values one run's spans keep whole: once a run holds"
+        " them, its further spans are stored with each text value cut to 4,096 characters"
+        " (marked), so its page, attribution and storage stay bounded.",
+    )
     max_attribution_steps: int = Field(
         default=10_000,
         gt=0,
@@ -103,6 +108,14 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds an OTLP/HTTP request may take to send its body (HTTP 408 after).",
     )
+    body_progress_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds an OTLP/HTTP body may go without a byte arriving: a stalled upload"
+        " gets 408 and gives back the share of the in-flight limit it held, well before"
+        " `body_read_timeout`. Exporters send a body in one go; a pause of seconds is a"
+        " stalled or hostile sender.",
+    )
     keep_alive: int = Field(
         default=75,
         ge=1,
@@ -111,6 +124,21 @@ class Settings(BaseSettings):
         " and than the 60 s idle timeout of common load balancers, so that the client or proxy,"
         " not the sidecar, closes an idle connection: a request sent on a connection the"
         " server is closing is lost in flight.",
+    )
+    head_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds an HTTP connection may take to send a request's head (request"
+        " line and headers): one that has not finished it by then gets 408 and is closed, so"
+        " connections that never finish their heads (slowloris) cannot take every file"
+        " descriptor.",
+    )
+    max_connections_per_client: int = Field(
+        default=256,
+        ge=0,
+        description="Most HTTP connections one client address may hold open; more are answered"
+        " 503 and closed (0: no cap). Exporters use one or a few; raise it when many clients"
+        " reach the sidecar through one proxy address.",
     )
     max_decompressed_bytes: int = Field(
         default=64 * 1024 * 1024,
@@ -185,8 +213,15 @@ class Settings(BaseSettings):
     workers: int = Field(
         default=1,
         ge=0,
-        description="Attribution jobs run at once in this process (0: leave them to "
-        "`faultfinder worker` processes).",
+        description="Attribution jobs of attributors that ask a model run at once in this "
+        "process (0: leave every job to `faultfinder worker` processes).",
+    )
+    fast_workers: int = Field(
+        default=1,
+        ge=0,
+        description="Jobs of zero-LLM attributors (`learned`, `first_error`) run at once beside "
+        "those, in slots of their own, so they never wait behind a model (0: they share "
+        "the `workers` slots).",
     )
     job_lease: float = Field(
         default=60.0, gt=0, description="Seconds a claimed job stays a worker's without renewal."
@@ -216,6 +251,13 @@ class Settings(BaseSettings):
         default=[],
         repr=False,
         description="Keys for the query API and ingest (Authorization: Bearer KEY); none: open.",
+    )
+    allowed_hosts: CommaList = Field(
+        default=[],
+        description="Host names (as in the Host header, without port) the HTTP server answers;"
+        " others get 400, so a web page cannot reach it by re-pointing its own name at this"
+        " address (DNS rebinding). Default: localhost, 127.0.0.1, ::1 and the bound address."
+        " `*` answers any name: for a sidecar reached by service names (Docker, Kubernetes).",
     )
     ingest_keys: CommaList = Field(
         default=[], repr=False, description="Keys that may only send spans (OTLP)."
@@ -272,7 +314,13 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "attributors", "plugins", "api_keys", "ingest_keys", "webhook_urls", mode="before"
+        "attributors",
+        "plugins",
+        "api_keys",
+        "ingest_keys",
+        "allowed_hosts",
+        "webhook_urls",
+        mode="before",
     )
     @classmethod
     def _split_commas(cls, value: object) -> object:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from faultfinder.attributors.model import Trajectory
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.store import RunRow, SpanStore
 
 __all__ = ["load_trajectory", "run_trajectory"]

@@ -1,70 +1,61 @@
-"""`faultfinder worker`: attribution workers without the HTTP server."""
+"""`faultfinder worker`: attribution workers without the HTTP server (an optional heartbeat
+file stands in for health endpoints)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from pathlib import Path
 
 from faultfinder.attributors.model import Attribution
-from faultfinder.server.attribution import AttributionService, AttributionWorker
-from faultfinder.server.composition import (
-    attributor_context_for,
-    learned_model_for,
-    load_plugins,
-)
-from faultfinder.server.db.engine import create_engine
-from faultfinder.server.db.migrate import upgrade
+from faultfinder.server.composition import Composition, ProcessKind, publish_attribution
 from faultfinder.server.settings import Settings
-from faultfinder.server.store import JobQueue, SpanStore
-from faultfinder.server.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
+HEARTBEAT_INTERVAL_S = 10.0
+"""Seconds between touches of the heartbeat file."""
 
-async def run_workers(settings: Settings) -> None:
-    """Claim and run attribution jobs until SIGINT/SIGTERM."""
-    load_plugins(settings)
-    if settings.migrate_on_start:
-        await asyncio.to_thread(upgrade, settings.database_url, show_progress=False)
-    engine = create_engine(settings.database_url)
+
+async def run_workers(settings: Settings, *, heartbeat: Path | None = None) -> None:
+    """Claim and run attribution jobs until SIGINT/SIGTERM; with `heartbeat`, keep that
+    file's modification time fresh while the workers run (see `beat_until`)."""
+    composition = Composition(settings, ProcessKind.WORKER)  # loads the attributor plugins
+    service = await composition.open()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    store = SpanStore(
-        engine,
-        group_by_conversation=settings.group_by_conversation,
-        max_spans_per_run=settings.max_spans_per_run,
-    )
-    jobs = JobQueue(engine, max_attempts=settings.job_max_attempts, backoff_s=settings.job_backoff)
-    learned_model = learned_model_for(settings)
-    service = AttributionService(
-        store,
-        context=attributor_context_for(settings, learned_model),
-        timeout_s=settings.attribution_timeout,
-    )
     try:
-        async with WebhookSender(settings.webhook_urls, secret=settings.webhook_secret) as hooks:
+        async with service.webhooks() as hooks:
 
             async def announce(run_id: str | None, result: Attribution) -> None:
-                hooks.publish(
-                    "attribution.created",
-                    {"run_id": run_id, "attribution": result.model_dump(mode="json")},
-                )
+                publish_attribution(hooks, run_id, result)
 
-            async with AttributionWorker(
-                service,
-                jobs,
-                concurrency=max(1, settings.workers),
-                lease_s=settings.job_lease,
-                auto_attributors=tuple(settings.attributors),
-                on_attribution=announce,
-            ) as worker:
-                log.info(
-                    "worker %s running %d job slot(s)", worker.worker_id, max(1, settings.workers)
+            async with service.attribution_worker(on_attribution=announce) as worker:
+                slots = ", ".join(
+                    f"{count} for {lane.name} attributors" for lane, count in worker.lanes()
                 )
-                await stop.wait()
+                log.info("worker %s running job slot(s): %s", worker.worker_id, slots)
+                await beat_until(stop, heartbeat)
     finally:
         await service.aclose()
-        await engine.dispose()
+
+
+async def beat_until(stop: asyncio.Event, heartbeat: Path | None) -> None:
+    """Wait for `stop`, touching `heartbeat` every `HEARTBEAT_INTERVAL_S` meanwhile and
+    removing it at the end: a probe reading the file's age learns that the workers started
+    and that their event loop still turns (the worker has no HTTP port to ask)."""
+    if heartbeat is None:
+        await stop.wait()
+        return
+    heartbeat.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        while not stop.is_set():
+            heartbeat.touch()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), HEARTBEAT_INTERVAL_S)
+    finally:
+        heartbeat.unlink(missing_ok=True)

@@ -4,18 +4,21 @@
 matrices (`runs`), scorers are fitted on them (`fitting`: L-BFGS for linear scorers,
 LightGBM for tree ensembles, one likelihood for both), and inner cross-validation on
 the training records alone chooses what remains (`selection`). `faultfinder train`
-(`faultfinder.benchmarks.train`) reads the records and writes the model.
+(`command`) reads the records and writes the model; `faultfinder bench learning-curve`
+(`learning_curve`) measures held-out accuracy against the number of labelled runs. The
+learned attributor's inference (features, scorers, the model file) stays in
+`faultfinder.attributors.learned`.
 
 numpy, scipy and lightgbm (the `train` extra) are imported only by the functions that
 fit or score in batches; importing this package needs none of them.
 """
 
-from faultfinder.attributors.learned.training.ensemble import (
+from faultfinder.training.ensemble import (
     GROUP_MIN_RECORDS,
     TrainingOptions,
     tune_and_fit,
 )
-from faultfinder.attributors.learned.training.fitting import (
+from faultfinder.training.fitting import (
     DEFAULT_GRID,
     ModelConfig,
     batch_scores,
@@ -23,7 +26,7 @@ from faultfinder.attributors.learned.training.fitting import (
     fit_scorer,
     out_of_fold_scores,
 )
-from faultfinder.attributors.learned.training.runs import (
+from faultfinder.training.runs import (
     FOLDS_BY,
     FeatureCache,
     GoldStep,
@@ -33,7 +36,7 @@ from faultfinder.attributors.learned.training.runs import (
     stratified_folds,
     task_key,
 )
-from faultfinder.attributors.learned.training.selection import (
+from faultfinder.training.selection import (
     TEMPERATURES,
     beats_by_one_standard_error,
     choose_alarm_threshold,

@@ -2,7 +2,7 @@
 
 `faultfinder train --dataset who_and_when --out model.json` reads a dataset's records
 (and with `--from-database` the runs people labelled in a sidecar), fits a `StepModel`
-with `attributors.learned.training.tune_and_fit` (with conformal calibration and the
+with `faultfinder.training.tune_and_fit` (with conformal calibration and the
 auditor's prefix-only model) and writes the JSON artifact that the pure-Python
 `learned` attributor loads. numpy, scipy and lightgbm are needed here only.
 """
@@ -18,22 +18,22 @@ from typing import TYPE_CHECKING
 import click
 from rich.console import Console
 
-from faultfinder.attributors.learned.training import (
-    FeatureCache,
-    TrainingOptions,
-    tune_and_fit,
-)
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     SPEC_HELP,
     BenchmarkRecord,
     DatasetError,
     load_dataset,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.options import datasets_dir_option, from_database_option
+from faultfinder.datasets.options import datasets_dir_option, from_database_option
+from faultfinder.training import (
+    FeatureCache,
+    TrainingOptions,
+    tune_and_fit,
+)
 
 if TYPE_CHECKING:
-    from faultfinder.benchmarks.labelled import LabelledRuns
+    from faultfinder.datasets.labelled import LabelledRuns
 
 NO_DATASET = "none"
 """`faultfinder train --dataset none --from-database URL`: the database's labelled runs alone."""
@@ -171,7 +171,7 @@ def _labelled_runs(database_url: str) -> LabelledRuns:
     """The database's labelled runs, with progress on stderr; a clear error if unreadable."""
     import anyio
 
-    from faultfinder.benchmarks.labelled import LabelledRunsError, labelled_records
+    from faultfinder.datasets.labelled import LabelledRunsError, labelled_records
     from faultfinder.server.db.engine import DatabaseURLError
     from faultfinder.server.db.engine import database_url as database_url_of
     from faultfinder.server.progress import Progress

@@ -14,14 +14,14 @@ from faultfinder.attributors.conformal import CalibrationExample, calibrate
 from faultfinder.attributors.learned.blame import softmax
 from faultfinder.attributors.learned.features import feature_names
 from faultfinder.attributors.learned.step_model import CONVERSATION, AgentRule, StepModel
-from faultfinder.attributors.learned.training.fitting import (
+from faultfinder.training.fitting import (
     DEFAULT_GRID,
     ModelConfig,
     fit_ensemble,
     out_of_fold_scores,
 )
-from faultfinder.attributors.learned.training.runs import FeatureCache, LabelledRecord, RunMatrix
-from faultfinder.attributors.learned.training.selection import (
+from faultfinder.training.runs import FeatureCache, LabelledRecord, RunMatrix
+from faultfinder.training.selection import (
     beats_by_one_standard_error,
     choose_alarm_threshold,
     choose_temperature,

@@ -20,7 +20,7 @@ from faultfinder.attributors.learned.scorers import (
     Scorer,
     TreeEnsembleScorer,
 )
-from faultfinder.attributors.learned.training.runs import RunMatrix, stratified_folds
+from faultfinder.training.runs import RunMatrix, stratified_folds
 
 if TYPE_CHECKING:
     import numpy as np

@@ -29,7 +29,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from faultfinder.attributors.learned import AgentRule
-from faultfinder.attributors.learned.training import (
+from faultfinder.attributors.scoring import OVERALL, spread
+from faultfinder.attributors.scoring import spread_percent as pct
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.datasets.options import datasets_dir_option, from_database_option
+from faultfinder.server.progress import Progress, table_console
+from faultfinder.training import (
     DEFAULT_GRID,
     FeatureCache,
     RunMatrix,
@@ -38,12 +43,7 @@ from faultfinder.attributors.learned.training import (
     run_correct,
     stratified_folds,
 )
-from faultfinder.attributors.scoring import OVERALL, spread
-from faultfinder.benchmarks.cv_report import pct
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.options import datasets_dir_option, from_database_option
-from faultfinder.benchmarks.train import labelled_training_records, require_training_packages
-from faultfinder.server.progress import Progress
+from faultfinder.training.command import labelled_training_records, require_training_packages
 
 __all__ = ["CurveSettings", "learning_curve", "learning_curve_command", "parse_shares"]
 
@@ -304,5 +304,5 @@ def learning_curve_command(
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    Console().print(_table(summary))
+    table_console().print(_table(summary))
     click.echo(f"wrote {out / 'summary.json'}")

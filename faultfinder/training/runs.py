@@ -1,7 +1,7 @@
 """Labelled runs as the training algorithm reads them, and their folds.
 
 A labelled record (`LabelledRecord`: a trajectory with its gold step and agent;
-`faultfinder.benchmarks.datasets.BenchmarkRecord` is one) becomes a `RunMatrix` of
+`faultfinder.datasets.BenchmarkRecord` is one) becomes a `RunMatrix` of
 feature rows once per ground-truth use and prefix-only setting (`FeatureCache`). Folds
 are stratified by subset and keep the runs of one task together (`stratified_folds`).
 """

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from faultfinder.attributors.learned.blame import softmax
 from faultfinder.attributors.learned.step_model import AgentRule
-from faultfinder.attributors.learned.training.runs import RunMatrix
 from faultfinder.attributors.model import normalise_agent
+from faultfinder.training.runs import RunMatrix
 
 __all__ = [
     "TEMPERATURES",

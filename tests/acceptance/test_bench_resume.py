@@ -23,11 +23,11 @@ from faultfinder.attributors.local_model import (
 from faultfinder.attributors.local_server import (
     runtime_missing,
 )
-from faultfinder.benchmarks.datasets import (
+from faultfinder.cli import main
+from faultfinder.datasets import (
     BenchmarkRecord,
 )
-from faultfinder.benchmarks.run import RESULTS_FILE, read_results
-from faultfinder.cli import main
+from faultfinder.evaluation.run import RESULTS_FILE, read_results
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
 AG = "who_and_when:algorithm-generated"

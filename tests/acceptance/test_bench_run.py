@@ -13,11 +13,11 @@ from click.testing import CliRunner
 
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
-from faultfinder.benchmarks.datasets import (
+from faultfinder.cli import main
+from faultfinder.datasets import (
     BenchmarkRecord,
 )
-from faultfinder.benchmarks.run import BenchmarkSettings, run_benchmark
-from faultfinder.cli import main
+from faultfinder.evaluation.run import BenchmarkSettings, run_benchmark
 
 SUBSETS = ("algorithm-generated", "hand-crafted")
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from faultfinder.benchmarks.datasets import load_dataset
 from faultfinder.cli import main
+from faultfinder.datasets import load_dataset
 
 SUBSETS = ("algorithm-generated", "hand-crafted")
 

@@ -13,17 +13,17 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.attributors.learned import AgentRule, softmax
-from faultfinder.attributors.learned.training import (
+from faultfinder.attributors.model import normalise_agent
+from faultfinder.cli import main
+from faultfinder.datasets import load_dataset
+from faultfinder.training import (
     DEFAULT_GRID,
     FeatureCache,
     RunMatrix,
     out_of_fold_scores,
     predicted_agent,
 )
-from faultfinder.attributors.model import normalise_agent
-from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.benchmarks.learning_curve import _sample, parse_shares
-from faultfinder.cli import main
+from faultfinder.training.learning_curve import _sample, parse_shares
 
 DATASET = "who_and_when:hand-crafted"
 

@@ -6,6 +6,9 @@ package, through the standard OTLP/HTTP exporter into a real `faultfinder serve`
 environment's; the framework environment holds no faultfinder code), with the agents'
 model served by `ScriptedOpenAI`. It reads the result the way a user does: over the HTTP
 API.
+
+The scenarios' data are in `scenarios`, the checks in `checks`; this module re-exports
+both, so a conformance module needs only `harness`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,35 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from tests.frameworks.scripted_openai import Reply, ScriptedOpenAI, call, say
+from tests.frameworks.checks import (
+    ATTRIBUTORS,
+    check_attributions,
+    check_planted_claim_blamed,
+    check_replayed_conversation,
+    check_understood,
+    error_steps,
+    failed_tool_step,
+    show_trajectory,
+)
+from tests.frameworks.scenarios import (
+    CENSUS,
+    FLIGHTS,
+    GROUND_TRUTH,
+    ORDER,
+    RECORD_SCENARIOS,
+    SHOP_ROLE,
+    STOCK,
+    TASK,
+    TIMED_OUT,
+    WRONG,
+    CensusDown,
+    Expected,
+    RecordScenario,
+    census_answer,
+    expected_census,
+    first_reply_only,
+)
+from tests.frameworks.scripted_openai import ScriptedOpenAI
 from tests.integration.sidecar import Sidecar, running_sidecar
 
 __all__ = [
@@ -67,113 +98,9 @@ __all__ = [
     "graded_wrong_claim",
     "instrumented",
     "pipeline_fixture",
+    "show_trajectory",
     "sidecar_for",
 ]
-
-ATTRIBUTORS = ("learned", "first_error", "echo")
-"""The default attributors, and the test plugin that answers with the trajectory it got."""
-
-# The census scenario every module plays: the user asks for Lyon's population, an agent
-# looks it up with a census tool, and the answer misstates the figure the tool gave.
-TASK = "What is the population of Lyon?"
-"""The user's text."""
-CENSUS = "Lyon: 522,250 inhabitants (census 2021)"
-"""The census tool's result."""
-WRONG = "Lyon has 225,520 inhabitants."
-"""The planted flaw: the digits of the census figure, transposed."""
-GROUND_TRUTH = "522,250"
-"""What the user posts with the failed outcome, once the answer is found wrong."""
-TIMED_OUT = "census service timed out"
-"""The census tool's error, when it fails."""
-
-
-# The records scenarios: a tool returns records, and the agent says of them what its
-# tool's own records prove wrong. One agent, "shop_agent", plays them; its instructions
-# carry `SHOP_ROLE`, and its three tools return `FLIGHTS`, `ORDER` and `STOCK` as they are.
-SHOP_ROLE = "SHOP-ROLE"
-FLIGHTS: list[dict[str, object]] = [
-    {"flight": "TP 433", "eur": 89, "departs": "07:05"},
-    {"flight": "AF 1024", "eur": 140, "departs": "09:10"},
-]
-"""`flight_search`'s records, a list of dicts."""
-ORDER: dict[str, object] = {
-    "order_id": "#W2611340",
-    "items": [
-        {"name": "Water Bottle", "item_id": "6469567736", "price": 47.84},
-        {"name": "Office Chair", "item_id": "8426249116", "price": 488.81},
-    ],
-}
-"""`order_details`'s order, its items a list inside it."""
-STOCK = (
-    "Warehouse Leeds: stock 1,240 units; capacity 2,000 units; dock doors 6\n"
-    "Warehouse Bristol: stock 310 units; capacity 800 units; dock doors 2"
-)
-"""`warehouse_stock`'s report: prose, one record a line (`Name: field value; …`)."""
-
-
-@dataclass(frozen=True)
-class RecordScenario:
-    """One call of a records tool, then the planted claim, graded wrong afterwards."""
-
-    name: str
-    tool: str
-    arguments: Mapping[str, str]
-    task: str
-    claim: str
-    """The planted flaw."""
-    ground_truth: str
-    why: str
-    """What the zero-LLM attributors must say of the claim."""
-
-    def script(self) -> dict[str, list[Reply]]:
-        return {SHOP_ROLE: [call(self.tool, **self.arguments), say(self.claim)]}
-
-
-RECORD_SCENARIOS = (
-    RecordScenario(
-        "superlative",
-        "flight_search",
-        {"origin": "CDG", "destination": "LIS"},
-        task="Which is the cheapest Friday flight from Paris to Lisbon?",
-        # TP 433 is the cheapest, by the search's own list.
-        claim="The cheapest Friday flight is AF 1024, departing at 09:10.",
-        ground_truth="TP 433",
-        why="called AF 1024 the cheapest after flight_search had returned TP 433 with eur 89",
-    ),
-    RecordScenario(
-        "figure-of-another-record",
-        "order_details",
-        {"order_id": "#W2611340"},
-        task="How much do I get back if I return the office chair of order #W2611340?",
-        # The water bottle's price, given to the chair.
-        claim="Returning the Office Chair refunds 47.84 to your card.",
-        ground_truth="488.81",
-        why="gave Office Chair the figure 47.84, which order_details had returned as the price"
-        " of Water Bottle (Office Chair's is 488.81)",
-    ),
-    RecordScenario(
-        "figure-given-to-another-name",
-        "warehouse_stock",
-        {"region": "north"},
-        task="Which northern warehouse can ship a 900-unit order today, and from what stock?",
-        # Leeds's stock, given to a warehouse the report does not list.
-        claim="Ship it from Warehouse York, which has a stock of 1,240 units.",
-        ground_truth="Warehouse Leeds",
-        why="gave Warehouse York the figure 1,240, which warehouse_stock had returned as the"
-        " stock of Warehouse Leeds",
-    ),
-)
-
-
-class CensusDown(RuntimeError):
-    """The census service did not answer."""
-
-
-def census_answer(city: str, *, fails: bool = False) -> str:
-    """The census tool's body: `CENSUS`, or (`fails`) `CensusDown`."""
-    if fails:
-        raise CensusDown(f"{TIMED_OUT} for {city}")
-    return CENSUS
 
 
 @contextmanager
@@ -424,25 +351,6 @@ def graded_wrong_claim(
     return Graded(answer, run, attributed)
 
 
-def check_planted_claim_blamed(detail: Mapping[str, Any]) -> None:
-    """Assert the zero-LLM attributors blame the planted claim: the first step stating the
-    transposed figure, right after the census tool reported the true one, by the agent
-    that made it, and say so in words."""
-    steps = detail["trajectory"]["steps"]
-    shown = _show(detail["trajectory"])
-    claim = next(s for s in steps if "225,520" in s["content"] and s["kind"] != "tool")
-    by_method = {a["method"]: a for a in detail["attributions"]}
-    for method in ("learned", "first_error"):
-        blamed = by_method[method]
-        assert (blamed["step"], blamed["agent"]) == (claim["index"], claim["agent"]), (
-            f"{method} blamed step {blamed['step']} ({blamed['agent']}): {blamed['reason']}\n"
-            f"{shown}"
-        )
-        assert "225,520" in blamed["reason"] and "522,250" in blamed["reason"], (
-            f"{method}: {blamed['reason']}\n{shown}"
-        )
-
-
 def graded_record_claim(
     pipeline: Pipeline,
     llm: ScriptedOpenAI,
@@ -459,7 +367,7 @@ def graded_record_claim(
     run = pipeline.the_run(before, statuses=("complete",))
     pipeline.post_outcome(run["id"], outcome="failure", ground_truth=scenario.ground_truth)
     attributed = pipeline.the_run(before, statuses=("attributed",))
-    shown = _show(attributed["trajectory"])
+    shown = show_trajectory(attributed["trajectory"])
     stated = next(
         step
         for step in attributed["trajectory"]["steps"]
@@ -485,117 +393,8 @@ def graded(pipeline: Pipeline, before: set[str], run: Mapping[str, Any]) -> dict
     return attributed
 
 
-def first_reply_only(
-    script: Mapping[str, Sequence[Reply]], *keys: str
-) -> dict[str, Sequence[Reply]]:
-    """`script` with only the first reply of each of `keys`: for a tool call that ends
-    the run, after which those agents say nothing more."""
-    return {key: replies[:1] if key in keys else replies for key, replies in script.items()}
-
-
-def error_steps(run: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The run's steps that ended in error."""
-    return [step for step in run["trajectory"]["steps"] if step["status"] == "error"]
-
-
-def failed_tool_step(
-    run: Mapping[str, Any], agent: str, tool: str = "census_lookup"
-) -> dict[str, Any]:
-    """Assert the run's one failed step is `agent`'s call of `tool`; that step."""
-    failed = error_steps(run)
-    assert [(s["agent"], s["tool_name"]) for s in failed] == [(agent, tool)], failed
-    return failed[0]
-
-
 def _brief(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[str]]]:
     return [(run["id"], run["status"], run["agents"]) for run in runs]
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a user of the framework knows about the invocation they made."""
-
-    agents: Sequence[str]
-    """The agents by the names the framework gave them (order is not checked)."""
-    task: str
-    """The user's text."""
-    tools: Mapping[str, str] = field(default_factory=dict)
-    """Each tool the agents called → the agent that called it."""
-    tool_results: Mapping[str, str] = field(default_factory=dict)
-    """Each tool → the text of its result as the tool returned it."""
-    final_answer: str | None = None
-    """Text the run's final answer contains (None: not checked)."""
-
-
-def expected_census(
-    agents: Sequence[str], tools: Mapping[str, str], *, final_answer: str = "225,520"
-) -> Expected:
-    """What the census scenario's user knows: `TASK`, the census tool's result `CENSUS`,
-    and the wrong figure in the final answer; `agents` and `tools` as in `Expected`."""
-    return Expected(
-        agents=agents,
-        task=TASK,
-        tools=tools,
-        tool_results={"census_lookup": CENSUS},
-        final_answer=final_answer,
-    )
-
-
-def _show(trajectory: Mapping[str, Any]) -> str:
-    lines = [f"task={trajectory.get('task')!r} final={trajectory.get('final_answer')!r}"]
-    for step in trajectory["steps"]:
-        content = (step.get("content") or "").replace("\n", " ")[:110]
-        lines.append(
-            f"  {step['index']:>2} {step['agent']!r:<24} {step['kind']:<8} "
-            f"{step.get('status', '')!s:<6} {step.get('tool_name') or '':<14} {content}"
-        )
-    return "\n".join(lines)
-
-
-def check_understood(detail: Mapping[str, Any], expected: Expected, *, project: str) -> None:
-    """Assert that the sidecar saw the invocation as its user knows it."""
-    trajectory = detail["trajectory"]
-    shown = _show(trajectory)
-    steps = trajectory["steps"]
-    assert detail["project"] == project, shown
-    assert sorted(detail["agents"]) == sorted(expected.agents), (
-        f"agents {detail['agents']} (expected {sorted(expected.agents)})\n{shown}"
-    )
-    assert trajectory["task"] == expected.task, shown
-    assert all(step["content"].strip() for step in steps), f"a blank step\n{shown}"
-    for tool, caller in expected.tools.items():
-        assert tool not in detail["agents"], f"tool {tool!r} is listed as an agent\n{shown}"
-        calls = [s for s in steps if s["kind"] == "tool" and s.get("tool_name") == tool]
-        assert calls, f"no step of tool {tool!r}\n{shown}"
-        assert {s["agent"] for s in calls} == {caller}, f"{tool!r} is not {caller!r}'s\n{shown}"
-        # The request that called it reads `tool(args)`, before the tool's own step.
-        first = calls[0]["index"]
-        asked = [s for s in steps[:first] if f"{tool}(" in s["content"]]
-        assert asked, f"no step before {tool!r}'s reads {tool}(…)\n{shown}"
-    for tool, result in expected.tool_results.items():
-        calls = [s for s in steps if s["kind"] == "tool" and s.get("tool_name") == tool]
-        assert calls, f"no step of tool {tool!r}\n{shown}"
-        for text in (calls[0]["content"], calls[0].get("tool_result") or ""):
-            assert text.strip() == result, (
-                f"{tool!r}'s result reads {text!r}, not the tool's own {result!r}\n{shown}"
-            )
-    if expected.final_answer is not None:
-        final = trajectory.get("final_answer") or ""
-        assert expected.final_answer in final, f"final answer {final!r}\n{shown}"
-
-
-def check_attributions(detail: Mapping[str, Any], *, ground_truth: str | None) -> dict[str, Any]:
-    """Assert every configured attributor answered, and that the one echoing its input saw
-    `ground_truth`; the attributions by method."""
-    by_method = {a["method"]: a for a in detail["attributions"]}
-    assert set(by_method) == set(ATTRIBUTORS), sorted(by_method)
-    for method, attribution in by_method.items():
-        assert attribution["status"] == "ok", (method, attribution.get("failure_reason"))
-        assert attribution["agent"] in detail["agents"], (method, attribution["agent"])
-    echoed = by_method["echo"]["details"]
-    assert echoed["ground_truth"] == ground_truth, echoed
-    assert echoed["task"] == detail["trajectory"]["task"], echoed
-    return by_method
 
 
 def env_flag(name: str) -> bool:
@@ -636,28 +435,3 @@ def replay_recorded_conversation(pipeline: Pipeline, program: str, record_id: st
     run = pipeline.the_run(before, statuses=("complete",))
     check_replayed_conversation(run["trajectory"], record["steps"], replayed)
     return run
-
-
-def check_replayed_conversation(
-    trajectory: Mapping[str, Any],
-    recorded: Sequence[Mapping[str, Any]],
-    replayed: Mapping[str, Any],
-) -> None:
-    """Assert a τ-bench conversation replayed by data/corpus/programs/chat_replay.py
-    came out as the replay says it did: every model call an `llm` step saying the recorded
-    message or call, in order; every later customer turn that reached a model call a user
-    step, in order; every recorded tool report a tool step; no recorded report left over."""
-    steps = trajectory["steps"]
-    shown = _show(trajectory)
-    calls = [step for step in steps if step["kind"] == "llm"]
-    assert len(calls) == len(replayed["calls"]), shown
-    for step, stood_for in zip(calls, replayed["calls"], strict=True):
-        for index in stood_for:
-            said = recorded[index]
-            expected = said.get("tool_name") or " ".join(said["content"].split())[:80]
-            assert expected in " ".join(step["content"].split()), (index, step, shown)
-    humans = [step["content"] for step in steps if step["kind"] == "human"]
-    assert humans == [recorded[index]["content"] for index in replayed["users"]], shown
-    reports = [step["tool_name"] for step in recorded if step["role"] == "tool"]
-    assert [step["tool_name"] for step in steps if step["kind"] == "tool"] == reports, shown
-    assert replayed["left"] == 0

@@ -257,6 +257,6 @@ def test_a_recorded_conversation_replays_as_the_live_run_its_labels_move_to(
     steps = run["trajectory"]["steps"]
     assert any(step.get("tool_name") == "transfer_to_human_agents" for step in steps)
     # The agent is the name create_react_agent was given, not its inner node's (`agent`).
-    assert {step["agent"] for step in steps} == {"assistant", "user"}, harness._show(
+    assert {step["agent"] for step in steps} == {"assistant", "user"}, harness.show_trajectory(
         run["trajectory"]
     )

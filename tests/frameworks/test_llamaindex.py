@@ -124,3 +124,19 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
     assert sorted(run["agents"]) == ["researcher", "writer"], run["agents"]
     failed = harness.failed_tool_step(run, "researcher")
     assert TIMED_OUT in (failed["error"] or "")
+
+
+def test_the_final_answer_is_the_writers_reply_not_the_stop_event(pipeline: Pipeline) -> None:
+    # A reply whose newlines and quotes the stop event's repr escapes, long enough for the
+    # instrumentation to cut the repr short.
+    reply = (
+        "Lyon's population, as the census reports it:\n"
+        f'- "{WRONG}"\n'
+        "- The figure is the commune's, not the metropolitan area's, which is larger.\n"
+        "- Figures for the surrounding communes were not asked for and are left out."
+    )
+    llm = ScriptedOpenAI({**script(), "WRITER-ROLE": [say(reply)]})
+    before, answer, error = pipeline.serving(llm, lambda: ask(workflow(llm)))
+    assert error is None and answer == reply
+    run = pipeline.the_run(before, statuses=("complete",))
+    assert run["trajectory"]["final_answer"] == reply, run["trajectory"]["final_answer"]

@@ -225,7 +225,7 @@ def test_a_chat_of_two_turns_in_one_trace_shows_the_customers_reply(pipeline: Pi
     assert llm.remaining() == {}
     run = pipeline.the_run(before, statuses=("complete",))
     steps = run["trajectory"]["steps"]
-    shown = harness._show(run["trajectory"])
+    shown = harness.show_trajectory(run["trajectory"])
     humans = [step for step in steps if step["kind"] == "human"]
     assert [(step["agent"], step["content"]) for step in humans] == [("user", reply)], shown
     (turn,) = humans

@@ -17,7 +17,14 @@ PROJECT = "conformance-smolagents"
 pipeline = harness.pipeline_fixture(PROJECT, SmolagentsInstrumentor())
 
 
-def team(llm: ScriptedOpenAI, *, census_fails: bool = False) -> ToolCallingAgent:
+class Interrupted(BaseException):
+    """What a tool raises that no agent catches (as a KeyboardInterrupt or a cancellation
+    does): it escapes the managed agent's run and the manager's."""
+
+
+def team(
+    llm: ScriptedOpenAI, *, census_fails: bool = False, census_escapes: bool = False
+) -> ToolCallingAgent:
     model = OpenAIServerModel(model_id="scripted", api_base=llm.base_url, api_key="scripted")
 
     @tool
@@ -27,6 +34,8 @@ def team(llm: ScriptedOpenAI, *, census_fails: bool = False) -> ToolCallingAgent
         Args:
             city: the city's name
         """
+        if census_escapes:
+            raise Interrupted(harness.TIMED_OUT)
         return harness.census_answer(city, fails=census_fails)
 
     census = ToolCallingAgent(
@@ -89,3 +98,24 @@ def test_a_raising_tool_fed_back_and_answered_is_kept_as_evidence(pipeline: Pipe
     run = pipeline.the_run(before, statuses=("complete",))
     failed = harness.failed_tool_step(run, "census_agent")
     assert TIMED_OUT in (failed["error"] or "")
+
+
+def test_an_exception_escaping_both_agents_keeps_their_names_and_the_task(
+    pipeline: Pipeline,
+) -> None:
+    llm = ScriptedOpenAI(script())
+
+    def work() -> object:
+        try:
+            return team(llm, census_escapes=True).run(TASK)
+        except Interrupted as exc:
+            raise RuntimeError("the census lookup was interrupted") from exc
+
+    before, _, error = pipeline.serving(llm, work)
+    assert error is not None
+    # Neither agent's span ends, so neither arrives: only their steps' spans do. The
+    # managed agent is named by the task its manager gave it; nothing that arrived names
+    # the manager, so the program that sent the spans stands in for it.
+    run = pipeline.the_run(before, statuses=("failed", "attributed"))
+    assert sorted(run["agents"]) == sorted([f"{PROJECT}-agents", "census_agent"]), run["agents"]
+    assert run["trajectory"]["task"] == TASK, run["trajectory"]["task"]

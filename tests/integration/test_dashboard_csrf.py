@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.replay import replay
+from faultfinder.evaluation.replay import replay
 from tests.integration.browser import needs_chromium
 from tests.integration.sidecar import Sidecar, running_sidecar
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from faultfinder.benchmarks.otlp_traces import BodyFormat, prepare_requests
+from faultfinder.drills.otlp_traces import BodyFormat, prepare_requests
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.db.engine import create_engine
-from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.otlp.pool import POOL_MIN_BYTES
 from faultfinder.server.store import SpanStore
 from tests.integration.sidecar import running_sidecar, spawned_children

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from faultfinder.benchmarks.chaos import KillDrill, run_kill_chaos
+from faultfinder.drills.chaos import KillDrill, run_kill_chaos
 from faultfinder.server.db.engine import create_engine
 from tests.integration.sidecar import ROOT
 

@@ -21,9 +21,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from faultfinder import conventions as c
-from faultfinder.benchmarks.cli import bench
-from faultfinder.benchmarks.ingest import ingest, report_lines
-from faultfinder.benchmarks.otlp_traces import prepare_requests
+from faultfinder.cli.bench import bench
+from faultfinder.drills.ingest import ingest, report_lines
+from faultfinder.drills.otlp_traces import prepare_requests
 from faultfinder.server.otlp.otlp_json import parse_request_json
 from tests.integration.sidecar import running_sidecar
 

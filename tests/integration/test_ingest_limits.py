@@ -13,10 +13,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from prometheus_client.parser import text_string_to_metric_families
 
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.ingest import UNSTORABLE, SpanWriter, Stored
 from faultfinder.server.otlp.decode import MAX_VALUE_BYTES
-from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import SpanStore
 from tests.integration.sidecar import running_sidecar
 from tests.otlp_helpers import MS, T0, SpanRecorder, protobuf_body, span_records

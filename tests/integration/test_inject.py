@@ -18,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,9 +28,9 @@ import httpx
 import openai
 import pytest
 
-from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.benchmarks.injection.exchanges import Exchange, Recording
-from faultfinder.benchmarks.injection.proxy import DIVERGED_STATUS, ReplayProxy
+from faultfinder.datasets import load_dataset
+from faultfinder.injection.exchanges import Exchange, Recording
+from faultfinder.injection.proxy import DIVERGED_STATUS, ReplayProxy
 from tests.integration.sidecar import FAULTFINDER
 
 PROGRAM = textwrap.dedent(
@@ -107,8 +107,11 @@ def scripted_reply(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def scripted_model() -> Iterator[str]:
-    """The scripted OpenAI-compatible server; yields its base URL."""
+def scripted_model(
+    reply: Callable[[dict[str, Any]], dict[str, Any]] = scripted_reply,
+) -> Iterator[str]:
+    """The scripted OpenAI-compatible server answering with `reply(request)`; yields its
+    base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
@@ -116,7 +119,7 @@ def scripted_model() -> Iterator[str]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            message = {"role": "assistant", **scripted_reply(body)}
+            message = {"role": "assistant", **reply(body)}
             payload = json.dumps(
                 {
                     "id": "chatcmpl-scripted",

@@ -113,6 +113,15 @@ async def test_a_reply_naming_the_terminal_or_the_user_blames_the_answering_agen
     assert (attribution.agent, attribution.step) == ("Coder", 2)
 
 
+async def test_a_method_whose_model_gives_no_figure_stores_no_confidence() -> None:
+    """No made-up 0.0: a reader cannot tell that from a method sure it is wrong."""
+    pick = answer({"agent": "Coder", "step": 2, "reason": "summed 0 to 9"})
+    attribution, _ = await attribute("all_at_once", [pick], trajectory=CODE_RUN)
+    assert attribution.status is AttributionStatus.OK
+    assert attribution.confidence is None
+    assert attribution.model_dump(mode="json")["confidence"] is None
+
+
 async def test_hybrid_walks_only_the_chosen_agents_steps() -> None:
     pick = answer({"agent": "Checker", "step": 5, "reason": "approved a wrong answer"})
     attribution, stub = await attribute("hybrid", [pick, decision(True)])

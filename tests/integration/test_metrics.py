@@ -9,8 +9,9 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
-from faultfinder.benchmarks.replay import replay
+from faultfinder.attributors.failure_modes import MODES
+from faultfinder.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.evaluation.replay import replay
 from tests.integration.sidecar import running_sidecar
 
 FAST = {"FAULTFINDER_QUIET_PERIOD": "0.3", "FAULTFINDER_SWEEP_INTERVAL": "0.2"}
@@ -112,5 +113,9 @@ def test_metrics_count_what_a_replay_did(database_url: str, tmp_path: Path) -> N
                   if name == "faultfinder_blame_total" and value > 0}  # fmt: skip
         assert blamed and blamed <= agents
         assert total(after, "faultfinder_blame_total") == 2 * len(records)
+        # Each vote names its failure mode: a taxonomy code, or `unknown` for a guess.
+        modes = {dict(labels)["mode"] for (name, labels), value in after.items()
+                 if name == "faultfinder_blame_total" and value > 0}  # fmt: skip
+        assert modes & set(MODES) and modes <= {*MODES, "unknown"}
         # No model was called by the zero-LLM attributors.
         assert total(after, "faultfinder_llm_tokens_total") == 0

@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import tests.plugins.counting  # noqa: F401  (registers `counting` in this process too)
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.model import Attribution, Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord, load_dataset
 from faultfinder.cli import main
+from faultfinder.datasets import BenchmarkRecord, load_dataset
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.store import BenchEntry, BenchHistory
 from tests.integration.browser import LIVE_TIMEOUT_MS, needs_chromium

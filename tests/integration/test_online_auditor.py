@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from faultfinder.attributors.auditor import Alarm, Auditor
-from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.attributors.auditor import MODEL_FEATURES, Alarm, Auditor
+from faultfinder.datasets import load_dataset
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.runs import run_facts
 from faultfinder.server.audit import AuditLimits, OnlineAuditor
 from faultfinder.server.audit_process import NICENESS
-from faultfinder.server.otlp.mapping import run_facts
 from faultfinder.server.store import AlarmStore, SpanStore
 from tests.integration.sidecar import running_sidecar, spawned_children
 from tests.otlp_helpers import protobuf_body, span_records, trajectory_spans
@@ -55,7 +55,10 @@ async def test_alarms_are_raised_from_the_prefix_of_runs_still_running(store: Sp
     assert {run_id: (a.step, a.agent, a.reason) for run_id, a in stored.items()} == {
         alarm.run_id: (alarm.step, alarm.agent, alarm.reason) for alarm in announced
     }
-    assert all(alarm.reason.startswith("prefix score ") for alarm in announced)
+    # Each reason names the step and its agent, and ranks the step among the run's steps.
+    for alarm in announced:
+        assert alarm.reason.startswith(f"Step {alarm.step} ({alarm.agent}) raised the alarm: ")
+        assert "alarm line" in alarm.reason or "only step" in alarm.reason
 
 
 async def test_a_pass_over_many_runs_raises_the_alarms_of_auditing_each_run_alone(
@@ -188,11 +191,14 @@ def test_the_sidecar_exposes_early_alarms_in_the_api_and_metrics(
         assert 0 <= alarm["step"] < len(steps)
         assert alarm["agent"] == record.trajectory.steps[alarm["step"]].agent
         # The alarm says why, and the run's page shows it while the run is still running.
-        assert alarm["reason"].startswith("prefix score ")
+        assert alarm["reason"].startswith(f"Step {alarm['step']} (")
         # It names what the step shows (an alarm is never raised on a step's place alone).
-        assert len(alarm["reason"].split("; ")) >= 2, alarm["reason"]
-        page = client.get(f"/ui/runs/{run_id}").text
-        assert 'id="alarm"' in page and alarm["reason"] in html.unescape(page)
+        assert len(alarm["reason"].split(". ")) >= 2, alarm["reason"]
+        page = html.unescape(client.get(f"/ui/runs/{run_id}").text)
+        # The page shows what a person reads; the model's features sit behind a toggle.
+        lead, _, features = alarm["reason"].partition(MODEL_FEATURES)
+        assert 'id="alarm"' in page and lead.strip() in page
+        assert not features or 'id="alarm-model-features"' in page
         metrics = client.get("/metrics").text
         assert f'faultfinder_early_alarms_total{{agent="{alarm["agent"]}"}} 1.0' in metrics
     if processes == "2":

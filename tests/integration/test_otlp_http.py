@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.datasets import load_dataset
+from faultfinder.reading.assembler import assemble_trajectory
 from tests.integration.sidecar import Sidecar, running_sidecar
 from tests.otlp_helpers import (
     export_request,

@@ -18,14 +18,14 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from faultfinder.benchmarks.chaos import (
+from faultfinder.drills.chaos import (
     ChaosTraffic,
     OverloadDrill,
     read_stored_state,
     run_overload,
 )
-from faultfinder.benchmarks.chaos.command import parse_pin
-from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.drills.chaos.command import parse_pin
+from faultfinder.evaluation.sidecar import SidecarProcess
 from tests.integration.sidecar import running_sidecar
 
 QUEUE_SPANS = 500

@@ -79,3 +79,21 @@ def test_a_read_only_database_answers_503_not_a_partial_success(
     # (uvicorn ends by re-raising the SIGTERM it handled; -9 would be the test's SIGKILL)
     assert sidecar.process.returncode in (0, -15), sidecar.process.returncode
     assert "none of them was acknowledged" in sidecar.log()
+
+
+def test_readyz_tells_the_database_error_only_to_a_key_holder(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    read_only = _read_only(sqlite_database_url)
+    key = {"authorization": "Bearer k"}
+    with (
+        running_sidecar(read_only, tmp_path, FAULTFINDER_API_KEYS="k") as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as api,
+    ):
+        assert api.post("/v1/traces", content=_body("a"), headers=PROTOBUF | key).status_code == 503
+        probe = api.get("/readyz")  # a probe carries no key
+        assert probe.status_code == 503
+        assert probe.json()["details"] == {"ingest": "the database refuses writes"}
+        keyed = api.get("/readyz", headers=key)
+        assert keyed.status_code == 503
+        assert "writes failing" in keyed.json()["details"]["ingest"]

@@ -25,14 +25,14 @@ from opentelemetry.trace import StatusCode
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.benchmarks.cli import bench
-from faultfinder.benchmarks.datasets import (
+from faultfinder.cli.bench import bench
+from faultfinder.datasets import (
     BenchmarkRecord,
     GoldLabel,
     load_dataset,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.replay import ReplayResult, replay, replay_records
+from faultfinder.evaluation.replay import ReplayResult, replay, replay_records
 from tests.integration.test_ingest_bench import OtlpSink, running_sink
 
 LONG_CONTENT = "Zürich — 東京 ✓ naïve café; " * 2000  # ~54 KB, far past any default limit

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from faultfinder.benchmarks.datasets import BenchmarkRecord, load_dataset
-from faultfinder.benchmarks.replay import replay
+from faultfinder.datasets import BenchmarkRecord, load_dataset
+from faultfinder.evaluation.replay import replay
 from tests.integration.sidecar import Sidecar, running_sidecar
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from faultfinder import conventions as c
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.lifecycle import sweep
-from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.runs import RunService
 from faultfinder.server.store import JobQueue, LabelStore, SpanStore
 
@@ -36,7 +36,11 @@ def step(span_id: int, agent: str, text: str, *, start: int) -> SpanRecord:
 async def test_a_finished_run_keeps_its_shape_until_a_span_arrives_late(
     store: SpanStore,
 ) -> None:
-    service = RunService(store, JobQueue(store.engine), LabelStore(store.engine))
+    service = RunService(
+        store,
+        JobQueue(store.engine, record_attribution=store.record_attribution),
+        LabelStore(store.engine),
+    )
     root = step(1, "Planner", "plan the trip", start=0)
     await store.write_spans(
         [

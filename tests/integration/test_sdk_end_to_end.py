@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faultfinder.sdk import Attribution, AuthError, Client, NotFoundError
-from tests.integration.sidecar import Sidecar, quick_sidecar
+from tests.integration.sidecar import Sidecar, quick_sidecar, running_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sdk-test-key"
@@ -127,6 +127,24 @@ def test_the_documented_snippets_work_as_written(sidecar: Sidecar) -> None:
         (summary,) = client.runs(project="demo")
         assert summary.status == "attributed" and summary.outcome == "failure"
         assert summary.agents == ("Planner", "Searcher")
+
+
+def test_the_readme_example_is_attributed_within_3_s_of_r_fail_at_the_default_quiet_period(
+    tmp_path: Path,
+) -> None:
+    """`r.fail()` says the run is over: its attribution does not wait the 30 s quiet period."""
+    markdown = (ROOT / "README.md").read_text()
+    instrument = re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL)[0]
+    # When the program handed its spans over (shutdown() returned), and which run it was.
+    program = instrument + "\nimport time\nprint(r.run_id, time.time())\n"
+    database = f"sqlite+aiosqlite:///{tmp_path / 'faultfinder.db'}"
+    with running_sidecar(database, tmp_path, FAULTFINDER_API_KEYS=API_KEY) as sidecar:
+        run_id, sent_at = run_python(sidecar, "-c", program).split()
+        with Client(sidecar.url, API_KEY) as client:
+            got = client.wait_for_run(run_id, "attributed", timeout=60, poll_interval=0.05)
+            waited = time.time() - float(sent_at)
+    assert got.outcome == "failure" and got.attributions
+    assert waited <= 3.0, f"attributed {waited:.1f} s after r.fail()"
 
 
 def test_spans_can_travel_over_grpc_configured_by_the_standard_variables(

@@ -19,7 +19,7 @@ def serving(tmp_path: Path) -> TestClient:  # type: ignore[type-arg]
         grpc_enabled=False,
         workers=0,
     )
-    return TestClient(app=create_app(settings))
+    return TestClient(app=create_app(settings), base_url="http://127.0.0.1")
 
 
 def test_start_up_objects_are_frozen_while_serving_and_released_at_shutdown(

@@ -12,10 +12,10 @@ import pytest
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.benchmarks.datasets import resolve_datasets_dir
-from faultfinder.server import assembler
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.datasets import resolve_datasets_dir
+from faultfinder.reading import assembler
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.model import SpanRecord
 from tests.otlp_helpers import (
     MS,
     T0,

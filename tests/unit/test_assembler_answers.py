@@ -11,8 +11,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepStatus
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.run_facts import task_text
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.trajectory_facts import task_text
 from tests.otlp_helpers import (
     MS,
     T0,

@@ -11,8 +11,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.model import SpanRecord
 from tests.otlp_helpers import (
     MS,
     T0,

@@ -14,8 +14,8 @@ import pytest
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.messages import (
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.messages import (
     ToolReport,
     openinference_messages,
     tool_reports,

@@ -13,8 +13,8 @@ from typing import Any
 from faultfinder import conventions as c
 from faultfinder.attributors.learned.step_model import is_conversation
 from faultfinder.attributors.model import StepKind
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.model import SpanRecord
 from tests.otlp_helpers import MS, T0, SpanRecorder, input_messages, output_messages, span_records
 
 TASK = "What is in my order #W26?"

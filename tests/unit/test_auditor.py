@@ -15,7 +15,7 @@ from faultfinder.attributors.learned import (
 )
 from faultfinder.attributors.learned.features import run_features, shows_evidence, step_features
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.datasets import BenchmarkRecord
 
 
 @pytest.fixture(scope="module")

@@ -12,22 +12,22 @@ import pytest
 from click.testing import CliRunner, Result
 
 from faultfinder.attributors.learned.step_model import default_model
-from faultfinder.attributors.learned.training import ModelConfig, record_folds, task_key
-from faultfinder.benchmarks.datasets import (
+from faultfinder.cli import main
+from faultfinder.datasets import (
     BenchmarkRecord,
     DatasetError,
     load_dataset,
 )
-from faultfinder.benchmarks.prefilter import build_fold_models
-from faultfinder.benchmarks.run import RESULTS_FILE, read_results
-from faultfinder.benchmarks.subsets import (
+from faultfinder.evaluation.prefilter import build_fold_models
+from faultfinder.evaluation.run import RESULTS_FILE, read_results
+from faultfinder.evaluation.subsets import (
     FIXED_SUBSET_SEED,
     SubsetError,
     fixed_subset_ids,
     parse_fraction,
     pick_fraction,
 )
-from faultfinder.cli import main
+from faultfinder.training import ModelConfig, record_folds, task_key
 from tests.stub_llm import ScriptedReply, StubLLM, answer
 
 AG = "who_and_when:algorithm-generated"

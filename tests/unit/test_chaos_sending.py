@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from faultfinder.benchmarks.chaos.sending import (
+from faultfinder.drills.chaos.sending import (
     SendTally,
     aiohttp_session,
     send_until_acknowledged,
     send_until_acknowledged_aiohttp,
 )
-from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic
+from faultfinder.drills.chaos.traffic import ChaosRequest, ChaosTraffic
 
 pytest.importorskip("aiohttp")
 

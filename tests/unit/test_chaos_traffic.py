@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic, span_keys
+from faultfinder.drills.chaos.traffic import ChaosRequest, ChaosTraffic, span_keys
 
 HEX_KEY = re.compile(r"[0-9a-f]{32}/[0-9a-f]{16}")
 

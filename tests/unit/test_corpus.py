@@ -13,8 +13,8 @@ from types import ModuleType
 
 import pytest
 
-from faultfinder.benchmarks.injection.grading import answers_match
-from faultfinder.benchmarks.injection.harness import read_tasks
+from faultfinder.injection.grading import answers_match
+from faultfinder.injection.harness import read_tasks
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 PROGRAMS = sorted((CORPUS / "programs").glob("*_team.py"))

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from faultfinder.attributors.learned.training import ModelConfig
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.cli import bench
-from faultfinder.benchmarks.cv import CVSettings, FoldOutcome, cross_validate, fold_plan
-from faultfinder.benchmarks.datasets import BenchmarkRecord, GoldLabel, write_records
+from faultfinder.cli.bench import bench
+from faultfinder.datasets import BenchmarkRecord, GoldLabel, write_records
+from faultfinder.evaluation.run.cv.crossval import cross_validate
+from faultfinder.evaluation.run.cv.folds import CVSettings, FoldOutcome, fold_plan
+from faultfinder.training import ModelConfig
 
 
 def record(framework: str, number: int) -> BenchmarkRecord:

@@ -23,7 +23,7 @@ from faultfinder.attributors.learned.features import (
 from faultfinder.attributors.learned.features import prefix as prefix_scanning
 from faultfinder.attributors.learned.features import text as text_facts
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.datasets import BenchmarkRecord
 
 
 def run(*steps: tuple[str, StepKind, str], **fields: object) -> Trajectory:

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from faultfinder.attributors.model import StepKind
-from faultfinder.benchmarks.dataset_cli import dataset_group
-from faultfinder.benchmarks.datasets import (
+from faultfinder.cli.dataset import dataset_group
+from faultfinder.datasets import (
     GENERIC_FORMAT,
     MAGENTIC_ONE_ROSTER,
     BenchmarkRecord,
@@ -22,7 +22,7 @@ from faultfinder.benchmarks.datasets import (
     load_dataset,
     write_records,
 )
-from faultfinder.benchmarks.datasets.generic import record_json
+from faultfinder.datasets.generic import record_json
 
 
 def line(**fields: Any) -> dict[str, Any]:

@@ -10,14 +10,15 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from faultfinder.benchmarks.chaos.hostile import Finding, finding_lines, parse_items
-from faultfinder.benchmarks.chaos.hostile_bodies import (
+from faultfinder.drills.chaos.hostile import finding_lines, parse_items
+from faultfinder.drills.chaos.hostile_bodies import (
     RunOfSteps,
     attribute_request,
     gzip_bomb,
     minimal_spans_body,
     minimal_spans_fitting,
 )
+from faultfinder.drills.chaos.hostile_context import Finding
 
 MIB = 1024 * 1024
 

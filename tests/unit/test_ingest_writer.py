@@ -16,6 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.db.engine import create_engine
 from faultfinder.server.db.failures import is_transient
 from faultfinder.server.db.migrate import upgrade
@@ -27,7 +28,6 @@ from faultfinder.server.ingest import (
     Stored,
     WriteSpans,
 )
-from faultfinder.server.otlp.model import SpanRecord
 from faultfinder.server.store import SpanStore
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from faultfinder.benchmarks.injection.exchanges import (
+from faultfinder.injection.exchanges import (
     canonical_request,
     reply_text,
     reply_tool_calls,
     sse_chunks,
 )
-from faultfinder.benchmarks.injection.grading import answers_match, final_line
-from faultfinder.benchmarks.injection.injectors import (
+from faultfinder.injection.grading import answers_match, final_line
+from faultfinder.injection.injectors import (
     InjectionContext,
     LLMInjector,
     deterministic_injectors,

@@ -20,7 +20,7 @@ from faultfinder.attributors.learned import (
     default_model,
 )
 from faultfinder.attributors.learned.features import step_features
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.datasets import BenchmarkRecord
 from tests.learned_records import synthetic_records
 
 

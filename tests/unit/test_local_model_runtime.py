@@ -84,7 +84,8 @@ def test_llama_cpp_python_keeps_its_command_line() -> None:
     command = server_command(
         MODEL, port=8124, n_ctx=4096, threads=3, python="/venv/bin/python", runtime=LLAMA_CPP_PYTHON
     )
-    assert command[:3] == ["/venv/bin/python", "-m", "llama_cpp.server"]
+    assert command[:2] == ["/venv/bin/python", "-c"]
+    assert "run_module('llama_cpp.server', run_name='__main__')" in command[2]
     assert option(command, "--model_alias") == MODEL_ALIAS
     assert option(command, "--n_ctx") == "4096"
     assert option(command, "--n_threads") == option(command, "--n_threads_batch") == "3"
@@ -181,7 +182,7 @@ def test_serve_runs_the_chosen_runtime(
         llm_cli.llm_group, ["serve", "--model", "smollm2", "--runtime", LLAMA_CPP_PYTHON]
     )
     assert result.exit_code == 0, result.output
-    assert ran[1][1:3] == ["-m", "llama_cpp.server"]
+    assert ran[1][1] == "-c" and "llama_cpp.server" in ran[1][2]
     assert "without OpenAI tool calls" in result.output
 
 
@@ -220,3 +221,31 @@ def test_the_build_environment_keeps_given_cmake_args(monkeypatch: pytest.Monkey
     assert given["CMAKE_ARGS"] == "-DGGML_CUDA=ON"
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert "CMAKE_ARGS" not in llm_cli.build_environment({})
+
+
+def test_a_request_the_llama_cpp_python_server_refuses_is_logged_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    errors = pytest.importorskip("llama_cpp.server.errors")
+    # Restored after the test.
+    monkeypatch.setattr(errors, "traceback", errors.traceback)
+    monkeypatch.setattr(errors, "print", print, raising=False)
+    exec(local_server.ONE_LINE_ERRORS, {})
+    handler = errors.RouteErrorHandler.__new__(errors.RouteErrorHandler)
+    # What llama-cpp-python says of a `json_schema` response format: several lines.
+    refusal = (
+        "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format',"
+        " 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}\n\n"
+        '  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n'
+        "    POST /v1/chat/completions"
+    )
+    for _ in range(2):
+        try:
+            raise ValueError(refusal)
+        except ValueError as exc:
+            status, _body = handler.error_message_wrapper(exc)
+        assert status == 500
+    logged = capsys.readouterr().err.splitlines()
+    assert len(logged) == 2 and "Traceback" not in "".join(logged)
+    assert logged[0].startswith("Exception: 1 validation error: {'type': 'literal_error'")
+    assert logged[0].endswith("in create_chat_completion POST /v1/chat/completions")

@@ -19,11 +19,11 @@ from opentelemetry.sdk.resources import Resource
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind
-from faultfinder.server.assembler import assemble_trajectory
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.model import SpanRecord
+from faultfinder.reading.runs import run_facts
 from faultfinder.server.errors import DecodeError
 from faultfinder.server.otlp.log_events import decode_logs_json, decode_logs_protobuf
-from faultfinder.server.otlp.mapping import run_facts
-from faultfinder.server.otlp.model import SpanRecord
 from tests.otlp_helpers import MS, T0, SpanRecorder, span_records
 
 CENSUS = "Lyon: 522,250 inhabitants (2021 census)."

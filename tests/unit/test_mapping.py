@@ -8,7 +8,7 @@ import json
 from faultfinder import conventions as c
 from faultfinder.attributors.learned import answerable_agents, can_be_blamed
 from faultfinder.attributors.model import Step, StepKind, StepStatus
-from faultfinder.server.otlp.mapping import (
+from faultfinder.reading.mapping import (
     map_span,
 )
 from tests.otlp_helpers import (

@@ -10,9 +10,9 @@ from typing import Any
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus
-from faultfinder.server.assembler import assemble_trajectory
-from faultfinder.server.otlp.mapping import MappedSpan, map_span, requests_tools
-from faultfinder.server.otlp.model import SpanRecord
+from faultfinder.reading.assembler import assemble_trajectory
+from faultfinder.reading.mapping import MappedSpan, map_span, requests_tools
+from faultfinder.reading.model import SpanRecord
 from tests.otlp_helpers import MS, T0, SpanRecorder, span_records
 
 CENSUS = "Lyon: 522,250 inhabitants (2021 census)."
@@ -347,7 +347,7 @@ def test_an_agents_whole_response_as_its_output_answers_with_its_last_reply() ->
 def test_building_a_workflow_is_setup_not_a_run() -> None:
     """Microsoft Agent Framework sends `workflow.build`, a trace of its own, when a
     workflow is made; running it is another trace."""
-    from faultfinder.server.otlp.mapping import run_facts
+    from faultfinder.reading.runs import run_facts
 
     built = _record(c.AGENT_FRAMEWORK_BUILD_SPAN, {}, [(c.AGENT_FRAMEWORK_BUILD_STARTED, {})])
     assert not run_facts(built).opens_run

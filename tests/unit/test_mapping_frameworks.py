@@ -9,7 +9,7 @@ from typing import Any
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind
-from faultfinder.server.otlp.mapping import (
+from faultfinder.reading.mapping import (
     MappedSpan,
 )
 from tests.otlp_helpers import (

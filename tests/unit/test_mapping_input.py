@@ -11,13 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from faultfinder import conventions as c
-from faultfinder.server.otlp.mapping import (
-    map_span,
-    requests_tools,
-    run_facts,
-    run_id_of,
-)
-from faultfinder.server.otlp.model import SpanEvent, SpanRecord
+from faultfinder.reading.mapping import map_span, requests_tools
+from faultfinder.reading.model import SpanEvent, SpanRecord
+from faultfinder.reading.runs import run_facts, with_run_id
 from tests.otlp_helpers import (
     MS,
     T0,
@@ -107,9 +103,10 @@ def test_any_attribute_values_map_without_raising(attributes: dict[str, Any], ev
     assert facts.content is None or isinstance(facts.content, str)
     assert facts.agent is None or isinstance(facts.agent, str)
     for grouping in (False, True):
-        # The event bus reads only the run id: it must name the run the store files under.
-        run_id = run_facts(record, group_by_conversation=grouping).run_id
-        assert run_id_of(record, group_by_conversation=grouping) == run_id
+        # The run id stamped at decoding is the run the store files the span under.
+        stamped = with_run_id(record, group_by_conversation=grouping)
+        assert isinstance(stamped.run_id, str) and stamped.run_id
+        assert run_facts(stamped).run_id == stamped.run_id
 
 
 def test_input_messages_only_the_standard_json_reader_accepts_are_still_read() -> None:

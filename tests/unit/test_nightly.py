@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from faultfinder.attributors.scoring import mcnemar_exact_p, wilson_interval
-from faultfinder.benchmarks.nightly import DEFAULT_SUITE, SuiteError, compare, describe, load_suite
-from faultfinder.benchmarks.nightly.suite import endpoint_configured, resolve_spec
+from faultfinder.evaluation.nightly import DEFAULT_SUITE, SuiteError, compare, describe, load_suite
+from faultfinder.evaluation.nightly.suite import endpoint_configured, in_sample, resolve_spec
 from faultfinder.server.store import BenchEntry, BenchVerdict
 
 # --- statistics -------------------------------------------------------------------------
@@ -189,3 +189,48 @@ def test_describe_says_what_changed_on_which_record() -> None:
         gate=compare(records([True] * 12), baseline, alpha=0.05, metrics=["step"]).as_json(),
     )
     assert describe(unchanged, baseline) == []
+
+
+# --- in-sample entries ------------------------------------------------------------------
+
+
+def test_learned_on_the_data_it_was_trained_on_is_marked_in_sample() -> None:
+    suite = load_suite(DEFAULT_SUITE)
+    marked = {e.key for e in suite.entries() if in_sample(e.definition())}
+    assert marked == {
+        f"{dataset}/learned/with-ground-truth"
+        for dataset in ("ww-algorithm-generated", "ww-hand-crafted", "injected-corpus")
+    }
+    # Held-out data, and attributors that learn nothing, are not.
+    assert "heldout-shop/learned/with-ground-truth" not in marked
+    assert not any("first_error" in key for key in marked)
+
+
+def test_in_sample_entries_say_so_in_the_table_and_the_report() -> None:
+    from faultfinder.evaluation.nightly.command import _table
+    from faultfinder.evaluation.nightly.report import render_nightly_report
+    from faultfinder.server.store import BenchRun
+
+    figure = {"value": 0.5, "lo": 0.4, "hi": 0.6}
+    figures = {"overall": {"agent": figure, "step": figure}}
+    definition = {"dataset": {"name": "d"}, "attributor": {"name": "a", "trained_on": ["d"]}}
+    trained = entry([True, False], entry="d/a/s", figures=figures, definition=definition)
+    held_out = entry([True], entry="h/a/s", figures=figures,
+                     definition={**definition, "dataset": {"name": "h"}})  # fmt: skip
+    table = _table([trained, held_out])
+    assert table[1].startswith("d/a/s (in-sample)") and table[2].startswith("h/a/s ")
+    assert "in-sample" not in table[2]
+    run = BenchRun(id="night-1", suite="default", digest="x", code_version="v1", plan=[],
+                   started_at=0, finished_at=None)  # fmt: skip
+    page = render_nightly_report(run, [trained, held_out], {}, [])
+    assert page.count("(in-sample)") == 1 and "not held-out accuracy" in page
+
+
+def test_trained_on_must_name_the_suites_datasets(tmp_path: Path) -> None:
+    path = tmp_path / "suite.toml"
+    path.write_text(
+        'name = "s"\n[[datasets]]\nname = "a"\nspec = "who_and_when:hand-crafted"\n'
+        '[[attributors]]\nname = "learned"\ntrained_on = ["b"]\n'
+    )
+    with pytest.raises(SuiteError, match="names datasets \\['b'\\]"):
+        load_suite(path)

@@ -1,24 +1,21 @@
-"""OTLP decoding: protobuf and JSON bodies from real SDK spans, compression, garbage, replies."""
+"""OTLP decoding: protobuf and JSON bodies from real SDK spans, compression, the JSON
+encoding's details, spans rejected one by one, and replies."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import gzip
 import json
-import random
 import zlib
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import SpanKind, Status
 from opentelemetry.trace import StatusCode as SdkStatusCode
 
 from faultfinder import conventions as c
+from faultfinder.reading.model import StatusCode
 from faultfinder.server.errors import (
     BodyTooLargeError,
     DecodeError,
@@ -27,15 +24,14 @@ from faultfinder.server.errors import (
 )
 from faultfinder.server.otlp import decode
 from faultfinder.server.otlp.decode import (
-    DecodedBatch,
     decode_json,
     decode_protobuf,
     decode_request,
     decompress,
     encode_response,
 )
-from faultfinder.server.otlp.model import StatusCode
 from faultfinder.server.otlp.otlp_json import request_to_otlp_json
+from faultfinder.server.otlp.pool import DecodeRequest, decode_body
 from tests.otlp_helpers import (
     MS,
     T0,
@@ -176,29 +172,6 @@ def test_a_zip_bomb_stops_at_the_size_limit() -> None:
     assert len(decompress(gzip.compress(b"\0" * LIMIT), "gzip", max_size=LIMIT)) == LIMIT
 
 
-def test_truncated_protobuf_is_a_decode_error() -> None:
-    body = protobuf_body(framework_spans())
-    for cut in (1, 3, len(body) // 2, len(body) - 5):
-        with pytest.raises(DecodeError, match="protobuf"):
-            decode_protobuf(body[:-cut])
-
-
-@pytest.mark.parametrize(
-    ("body", "match"),
-    [
-        (b"not json", "invalid JSON"),
-        (b"\xff\xfe\xfa", "invalid JSON"),
-        (b"[]", "top level"),
-        (b'{"resourceSpans": 5}', "OTLP/JSON"),
-        (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 7}]}]}]}', "OTLP/JSON"),
-        (b"[" * 100_000, "JSON"),
-    ],
-)
-def test_json_that_is_not_an_otlp_request_is_a_decode_error(body: bytes, match: str) -> None:
-    with pytest.raises(DecodeError, match=match):
-        decode_json(body)
-
-
 @pytest.mark.parametrize("bad_id", ["xyz", "abc", 12])
 def test_json_with_a_bad_hex_id_names_the_field(bad_id: object) -> None:
     document = json.loads(json_body(framework_spans()))
@@ -227,117 +200,6 @@ def test_json_int64_values_may_be_strings_or_numbers() -> None:
     span["attributes"][0]["value"] = {"intValue": "7"}
     record = decode_json(json.dumps(document).encode()).spans[0]
     assert record.start_time_unix_nano == T0 and record.attributes == {"count": 7}
-
-
-@settings(max_examples=300, deadline=None, database=None)
-@given(st.binary(max_size=400))
-def test_random_bytes_decode_or_raise_decode_error_only(body: bytes) -> None:
-    for decoder in (decode_protobuf, decode_json):
-        try:
-            batch = decoder(body)
-        except DecodeError:
-            continue
-        assert isinstance(batch, DecodedBatch)
-
-
-ODD_VALUES: list[object] = [
-    None,
-    0,
-    -1,
-    2**70,
-    1.5,
-    True,
-    "",
-    "zz",
-    "0" * 32,
-    [],
-    {},
-    [1],
-    {"a": 1},
-]
-
-
-def _paths(node: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    found: list[tuple[object, ...]] = [path]
-    if isinstance(node, dict):
-        for key, child in node.items():
-            found += _paths(child, (*path, key))
-    elif isinstance(node, list):
-        for position, child in enumerate(node):
-            found += _paths(child, (*path, position))
-    return found
-
-
-def test_real_json_with_random_nodes_replaced_decodes_or_raises_decode_error_only() -> None:
-    original = json.loads(json_body(framework_spans()))
-    paths = [path for path in _paths(original) if path]
-    rng = random.Random(11)
-    outcomes = {"decoded": 0, "refused": 0}
-    for _ in range(400):
-        document = json.loads(json.dumps(original))
-        for _ in range(rng.randint(1, 3)):
-            path = rng.choice(paths)
-            node = document
-            try:
-                for step in path[:-1]:
-                    node = node[step]  # type: ignore[index]
-                node[path[-1]] = rng.choice(ODD_VALUES)  # type: ignore[index]
-            except (KeyError, IndexError, TypeError):
-                continue  # an earlier replacement removed this path
-        try:
-            decode_json(json.dumps(document).encode())
-            outcomes["decoded"] += 1
-        except DecodeError:
-            outcomes["refused"] += 1
-    # Both branches are exercised: the mutations are neither all harmless nor all fatal.
-    assert outcomes["decoded"] > 0 and outcomes["refused"] > 0
-
-
-def test_corrupted_real_bodies_decode_or_raise_decode_error_only() -> None:
-    body = protobuf_body(framework_spans())
-    text = json_body(framework_spans())
-    rng = random.Random(7)
-    for _ in range(300):
-        for original, decoder in ((body, decode_protobuf), (text, decode_json)):
-            mutated = bytearray(original)
-            for _ in range(rng.randint(1, 4)):
-                mutated[rng.randrange(len(mutated))] = rng.randrange(256)
-            with contextlib.suppress(DecodeError):
-                decoder(bytes(mutated))
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """One length-delimited protobuf field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def test_nesting_beyond_the_parser_limit_is_a_decode_error() -> None:
-    # AnyValue.array_value (5) → ArrayValue.values (1) → AnyValue …, 150 levels deep.
-    value = AnyValue(string_value="leaf").SerializeToString()
-    document: dict[str, object] = {"stringValue": "leaf"}
-    for _ in range(150):
-        value = _field(5, _field(1, value))
-        document = {"arrayValue": {"values": [document]}}
-    attribute = _field(1, b"deep") + _field(2, value)
-    span = _field(1, b"\x01" * 16) + _field(2, b"\x02" * 8) + _field(9, attribute)
-    body = _field(1, _field(2, _field(2, span)))  # resource_spans → scope_spans → spans
-    with pytest.raises(DecodeError, match="protobuf"):
-        decode_protobuf(body)
-
-    json_document = json.loads(json_body(framework_spans()))
-    json_span = json_document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-    json_span["attributes"].append({"key": "deep", "value": document})
-    with pytest.raises(DecodeError, match="OTLP/JSON"):
-        decode_json(json.dumps(json_document).encode())
 
 
 def test_individually_invalid_spans_are_rejected_and_the_rest_kept() -> None:
@@ -399,139 +261,6 @@ def test_base64_ids_sent_as_json_are_refused_rather_than_misread() -> None:
         decode_json(json.dumps(document).encode())
 
 
-# --- oversized and deeply nested attribute values ----------------------------------------
-
-
-def _one_span_with(attributes: dict[str, object]) -> SpanRecorder:
-    recorder = SpanRecorder({c.SERVICE_NAME: "svc"})
-    recorder.span("tool call", start=T0, end=T0 + MS, attributes=attributes)
-    return recorder
-
-
-def _both_encodings(
-    recorder: SpanRecorder, max_value_bytes: int = decode.MAX_VALUE_BYTES
-) -> list[DecodedBatch]:
-    return [
-        decode_protobuf(protobuf_body(recorder.spans), max_value_bytes=max_value_bytes),
-        decode_json(json_body(recorder.spans), max_value_bytes=max_value_bytes),
-    ]
-
-
-def test_a_value_over_a_mebibyte_is_truncated_with_a_marker_and_the_span_kept() -> None:
-    huge = "0123456789" * (decode.MAX_VALUE_BYTES // 10 + 700)  # about 7 kB over 1 MiB
-    recorder = _one_span_with({c.GEN_AI_TOOL_CALL_RESULT: huge, c.GEN_AI_TOOL_NAME: "grep"})
-    for batch in _both_encodings(recorder):
-        assert batch.rejected == 0 and batch.truncated_values == 1
-        (span,) = batch.spans
-        value = span.attributes[c.GEN_AI_TOOL_CALL_RESULT]
-        assert isinstance(value, str)
-        dropped = len(huge) - decode.MAX_VALUE_BYTES
-        assert value == huge[: decode.MAX_VALUE_BYTES] + f"…[truncated {dropped} bytes]"
-        assert span.attributes[c.GEN_AI_TOOL_NAME] == "grep"  # small values are untouched
-
-
-def test_truncation_counts_utf8_bytes_and_never_splits_a_character() -> None:
-    # 'é' is two bytes: a 41-byte cap keeps twenty of them (the 21st would be split).
-    # The cap stays above the SDK's own resource values (a 36-character instance id).
-    ascii_at_cap = "a" * 41
-    recorder = _one_span_with({"text": "é" * 30, "fits": "é" * 20, "ascii": ascii_at_cap})
-    for batch in _both_encodings(recorder, max_value_bytes=41):
-        attributes = batch.spans[0].attributes
-        assert attributes["text"] == "é" * 20 + "…[truncated 20 bytes]"
-        assert attributes["fits"] == "é" * 20  # 40 bytes: under the cap
-        assert attributes["ascii"] == ascii_at_cap  # exactly the cap: kept whole
-        assert batch.truncated_values == 1
-
-
-def test_caps_apply_to_resource_event_and_array_values_too() -> None:
-    recorder = SpanRecorder({c.SERVICE_NAME: "svc", "host.description": "r" * 70})
-    span = recorder.tracer.start_span("step", start_time=T0, attributes={"list": ("x" * 70, "ok")})
-    span.add_event("log", {"message": "m" * 70}, timestamp=T0 + 1)
-    span.end(end_time=T0 + MS)
-    for batch in _both_encodings(recorder, max_value_bytes=40):
-        (record,) = batch.spans
-        marker = "…[truncated 30 bytes]"
-        assert record.resource_attributes["host.description"] == "r" * 40 + marker
-        assert record.attributes["list"] == ["x" * 40 + marker, "ok"]
-        assert record.events[0].attributes["message"] == "m" * 40 + marker
-        assert batch.truncated_values == 3
-
-
-def test_names_keys_and_status_messages_are_capped_like_values() -> None:
-    long_name = "n" * (decode.MAX_NAME_BYTES + 100)
-    long_message = "s" * (decode.MAX_MESSAGE_BYTES + 50)
-    recorder = SpanRecorder({c.SERVICE_NAME: "svc", "k" * (decode.MAX_NAME_BYTES + 1): "v"})
-    span = recorder.tracer.start_span(long_name, start_time=T0, attributes={long_name: "value"})
-    span.add_event(long_name, {"message": "short"}, timestamp=T0 + 1)
-    span.set_status(Status(SdkStatusCode.ERROR, long_message))
-    span.end(end_time=T0 + MS)
-    for batch in _both_encodings(recorder):
-        (record,) = batch.spans
-        capped = "n" * decode.MAX_NAME_BYTES + "…[truncated 100 bytes]"
-        assert record.name == capped
-        assert record.events[0].name == capped
-        assert record.attributes == {capped: "value"}
-        assert record.status_message == "s" * decode.MAX_MESSAGE_BYTES + "…[truncated 50 bytes]"
-        assert "k" * decode.MAX_NAME_BYTES + "…[truncated 1 bytes]" in record.resource_attributes
-        assert batch.truncated_values == 5
-        assert record.resource_attributes[c.SERVICE_NAME] == "svc"  # short ones untouched
-
-
-def _nested(levels: int) -> AnyValue:
-    # Mostly arrays: each kvlist level costs the protobuf parser one more nested message,
-    # and it refuses bodies nested ~100 messages deep whatever we do afterwards.
-    value = AnyValue(string_value="leaf")
-    for level in range(levels):
-        outer = AnyValue()
-        if level % 8 == 1:
-            outer.kvlist_value.values.add(key=f"k{level}").value.CopyFrom(value)
-        else:
-            outer.array_value.values.append(value)
-        value = outer
-    return value
-
-
-def _depth(value: object) -> int:
-    """Container levels above the innermost non-container value."""
-    if isinstance(value, list):
-        return 1 + _depth(value[0])
-    if isinstance(value, dict):
-        return 1 + _depth(next(iter(value.values())))
-    return 0
-
-
-def _innermost(value: object) -> object:
-    while isinstance(value, list | dict):
-        value = value[0] if isinstance(value, list) else next(iter(value.values()))
-    return value
-
-
-def test_values_nested_deeper_than_the_cap_are_replaced_below_it() -> None:
-    request = export_request(framework_spans())
-    span = request.resource_spans[0].scope_spans[0].spans[0]
-    span.attributes.add(key="deep").value.CopyFrom(_nested(40))
-    span.attributes.add(key="shallow").value.CopyFrom(_nested(decode.MAX_VALUE_DEPTH))
-    for batch in (
-        decode_protobuf(request.SerializeToString()),
-        decode_json(request_to_otlp_json(request)),
-    ):
-        assert batch.rejected == 0 and batch.truncated_values == 1
-        record = next(r for r in batch.spans if "deep" in r.attributes)
-        deep, shallow = record.attributes["deep"], record.attributes["shallow"]
-        assert _depth(deep) == decode.MAX_VALUE_DEPTH
-        assert _innermost(deep) == decode.NESTED_TOO_DEEP
-        assert _depth(shallow) == decode.MAX_VALUE_DEPTH and _innermost(shallow) == "leaf"
-
-
-def test_an_oversized_bytes_value_is_truncated_with_a_marker() -> None:
-    request = export_request(framework_spans())
-    span = request.resource_spans[0].scope_spans[0].spans[0]
-    span.attributes.add(key="blob").value.bytes_value = bytes(range(256)) * 4
-    batch = decode_protobuf(request.SerializeToString(), max_value_bytes=100)
-    record = next(r for r in batch.spans if "blob" in r.attributes)
-    assert record.attributes["blob"] == bytes(range(100)) + "…[truncated 924 bytes]".encode()
-
-
 def test_a_span_time_beyond_int64_rejects_that_span_only() -> None:
     # fixed64 on the wire, int64 in the database: such a span could never be stored.
     request = export_request(framework_spans())
@@ -547,3 +276,31 @@ def test_a_span_time_beyond_int64_rejects_that_span_only() -> None:
         assert len(batch.spans) == len(spans) - 2
         assert "start_time_unix_nano is beyond the year 2262" in batch.error_message
         assert "end_time_unix_nano is beyond the year 2262" in batch.error_message
+
+
+def test_each_span_is_stamped_with_its_run_as_the_grouping_setting_says() -> None:
+    recorder = SpanRecorder()
+    recorder.span("tagged", start=T0, end=T0 + MS, attributes={c.RUN_ID: "order-7"})
+    recorder.span("turn", start=T0, end=T0 + MS, attributes={c.GEN_AI_CONVERSATION_ID: "chat-1"})
+    recorder.span("session", start=T0, end=T0 + MS, attributes={c.OI_SESSION_ID: "chat-2"})
+    recorder.span("plain", start=T0, end=T0 + MS)
+    body = protobuf_body(recorder.spans)
+    by_trace = decode_protobuf(body).spans
+    assert [span.run_id for span in by_trace] == [
+        "order-7",
+        by_trace[1].trace_id,
+        by_trace[2].trace_id,
+        by_trace[3].trace_id,
+    ]
+    by_conversation = decode_json(json_body(recorder.spans), group_by_conversation=True).spans
+    assert [span.run_id for span in by_conversation] == [
+        "order-7",
+        "chat-1",
+        "chat-2",
+        by_conversation[3].trace_id,
+    ]
+    # The decoder processes stamp the same runs as decoding in place.
+    from_pool = decode_body(
+        DecodeRequest(body, None, False, None, LIMIT, None, group_by_conversation=True)
+    )
+    assert from_pool.spans == by_conversation

@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from faultfinder.attributors.base import get_attributor
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.plots import render_html_report
-from faultfinder.benchmarks.report import PUBLISHED_ROWS
-from faultfinder.benchmarks.run import BenchmarkSettings, run_benchmark, summarise_results
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.evaluation.run import BenchmarkSettings, run_benchmark, summarise_results
+from faultfinder.evaluation.run.plots import render_html_report
+from faultfinder.evaluation.run.report import PUBLISHED_ROWS
 
 VOID = {"meta", "link", "br", "hr", "img", "input", "col", "area", "base", "wbr", "source"}
 

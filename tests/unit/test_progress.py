@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
-from rich.progress import BarColumn, TextColumn
+from rich.progress import BarColumn, DownloadColumn, TextColumn
 
 from faultfinder.server.progress import Progress
 
@@ -55,3 +55,27 @@ def test_a_disabled_bar_prints_nothing() -> None:
         task = bar.add_task("quiet", total=2)
         bar.advance(task, 2)
     assert log.getvalue() == ""
+
+
+def test_a_download_logs_human_readable_sizes() -> None:
+    log = io.StringIO()
+    with Progress(
+        TextColumn("joining smollm2"), BarColumn(), DownloadColumn(), console=Console(file=log)
+    ) as bar:
+        task = bar.add_task("joining smollm2", total=None)
+        bar.update(task, completed=8_388_608, total=1_117_320_000)
+        bar.update(task, completed=1_117_320_000, total=1_117_320_000)
+    lines = [line for line in log.getvalue().splitlines() if line.startswith("joining smollm2:")]
+    assert [line.split(",")[0] for line in lines] == [
+        "joining smollm2: 8.4 MB/1.1 GB (1 %)",
+        "joining smollm2: 1.1 GB/1.1 GB (100 %)",
+    ]
+    assert "e+" not in log.getvalue()
+
+
+def test_large_counts_are_whole_numbers() -> None:
+    log = io.StringIO()
+    with Progress(TextColumn("{task.description}"), console=Console(file=log)) as bar:
+        task = bar.add_task("spans", total=2_000_000)
+        bar.update(task, completed=2_000_000)
+    assert "spans: 2000000/2000000 (100 %)" in log.getvalue()

@@ -19,7 +19,11 @@ SERVER_ONLY = [
     "pydantic_settings",
     "faultfinder.server",
     "faultfinder.attributors",
-    "faultfinder.benchmarks",
+    "faultfinder.evaluation",
+    "faultfinder.training",
+    "faultfinder.datasets",
+    "faultfinder.injection",
+    "faultfinder.drills",
 ]
 
 

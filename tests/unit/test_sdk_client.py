@@ -1,6 +1,6 @@
 """The query-API clients against `httpx.MockTransport`, answering with the server's own schemas.
 
-Response bodies are built from `faultfinder.server.api.schemas` models, so these tests
+Response bodies are built from `faultfinder.server.schemas` models, so these tests
 pin the client to what the sidecar really sends.
 """
 
@@ -35,7 +35,7 @@ from faultfinder.sdk import (
     ValidationError,
     WaitTimeoutError,
 )
-from faultfinder.server.api import schemas
+from faultfinder.server import schemas
 
 BASE = "http://sidecar.test"
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -222,6 +222,14 @@ def test_a_failed_attribution_is_read_as_not_ok() -> None:
         "LLM down",
     )
     assert (attribution.llm_calls, attribution.model) == (2, "m")
+
+
+def test_an_attribution_without_a_confidence_is_read_as_none_not_zero() -> None:
+    unsure = ATTRIBUTION.model_copy(update={"method": "all_at_once", "confidence": None})
+    body = detail().model_copy(update={"attributions": [unsure, ATTRIBUTION]})
+    with Recorder(reply(body)).client() as client:
+        without, sure = client.attributions("run-1")
+    assert (without.confidence, sure.confidence) == (None, 0.7)
 
 
 # --- errors ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from opentelemetry.trace import StatusCode
 import faultfinder.sdk
 from faultfinder import conventions as c
 from faultfinder.attributors.model import StepKind, StepStatus
+from faultfinder.reading.runs import run_facts
 from faultfinder.sdk import (
     agent,
     agent_step,
@@ -32,7 +33,6 @@ from faultfinder.sdk import (
     tool,
     tool_call,
 )
-from faultfinder.server.otlp.mapping import run_facts
 from tests.sdk_recording import finished_span, recording, records, root_of, steps, trajectory
 
 

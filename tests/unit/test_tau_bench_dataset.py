@@ -12,9 +12,9 @@ import pytest
 
 from faultfinder.attributors.learned import blameable
 from faultfinder.attributors.model import StepKind
-from faultfinder.benchmarks.datasets import DatasetError, load_dataset
-from faultfinder.benchmarks.datasets.tau_bench import convert, folded, main, packets
-from faultfinder.benchmarks.datasets.who_and_when import load_who_and_when_format_record
+from faultfinder.datasets import DatasetError, load_dataset
+from faultfinder.datasets.tau_bench import convert, folded, main, packets
+from faultfinder.datasets.who_and_when import load_who_and_when_format_record
 
 REPO = Path(__file__).resolve().parents[2]
 

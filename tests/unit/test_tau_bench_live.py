@@ -13,8 +13,8 @@ import pytest
 from faultfinder.attributors.learned.blame import blameable_agents
 from faultfinder.attributors.learned.step_model import is_conversation
 from faultfinder.attributors.model import StepKind
-from faultfinder.benchmarks.datasets import load_dataset
-from faultfinder.benchmarks.datasets.tau_bench_live import live_steps, name_exported
+from faultfinder.datasets import load_dataset
+from faultfinder.datasets.tau_bench_live import live_steps, name_exported
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "data/conversations/tau-bench-airline.jsonl"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from faultfinder.reading.model import SpanRecord, StatusCode
 from faultfinder.server.lifecycle import work_failed
-from faultfinder.server.otlp.model import SpanRecord, StatusCode
 
 OK, ERROR, UNSET = StatusCode.OK, StatusCode.ERROR, StatusCode.UNSET
 

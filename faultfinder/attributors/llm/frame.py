@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
+from typing import Any, ClassVar, Protocol, TypeAlias, TypeVar
 
 from faultfinder.attributors.base import AttributeOptions
 from faultfinder.attributors.learned import (
@@ -30,17 +30,16 @@ from faultfinder.attributors.llm.replies import (
     ModelCallFailed,
     Prompt,
     ReplyFormat,
+    with_step_owner,
 )
 from faultfinder.attributors.llm.settings import CHARS_PER_TOKEN, ModelSettings
 from faultfinder.attributors.model import Attribution, Candidate, Step, Trajectory, validate_against
-
-if TYPE_CHECKING:
-    from faultfinder.attributors.context import AttributorContext
 
 __all__ = [
     "PREFILTER_FAR_CHARS",
     "Finding",
     "LLMAttributor",
+    "MethodContext",
     "PrefilterModel",
     "Run",
     "blameable_steps",
@@ -61,6 +60,27 @@ PrefilterModel: TypeAlias = StepModel | Callable[[Trajectory], StepModel]
 """The pre-filter's step model: one model, or a function choosing it per trajectory (e.g. the
 cross-validation fold model that never saw that trajectory)."""
 
+
+class MethodContext(Protocol):
+    """What an LLM method reads of the service's `AttributorContext`: its model settings,
+    the pre-filter's depth and learned model, and clients on the shared endpoints."""
+
+    @property
+    def llm(self) -> ModelSettings:
+        """The model endpoint and call settings."""
+
+    @property
+    def prefilter_top_k(self) -> int:
+        """Candidate steps the learned pre-filter names (0: off)."""
+
+    @property
+    def learned_model(self) -> StepModel | None:
+        """The pre-filter's learned model; None: the packaged one."""
+
+    def client(self, settings: ModelSettings | None = None) -> ModelClient:
+        """A model client with `settings` (default: `llm`) on the shared endpoint."""
+
+
 logger = logging.getLogger(__name__)
 
 
@@ -71,7 +91,8 @@ class Finding:
     agent: str
     step: int
     reason: str
-    confidence: float = 0.0
+    confidence: float | None = None
+    """The method's own measure (the consensus vote's share); None: it has none."""
     candidates: tuple[Candidate, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     suggested_fix: str | None = None
@@ -121,13 +142,15 @@ class LLMAttributor:
     """Multiple of the configured max_tokens this method's replies may need."""
     uses_prefilter: ClassVar[bool] = True
     """Whether the method shows the pre-filter's hints and shrinks its prompts around them."""
+    calls_model: ClassVar[bool] = True
+    """It asks a model: the workers run it in the model lane (`base.calls_model`)."""
 
     def __init__(
         self,
         settings: ModelSettings | None = None,
         *,
         client: ModelClient | None = None,
-        context: AttributorContext | None = None,
+        context: MethodContext | None = None,
         prefilter_top_k: int | None = None,
         prefilter_model: PrefilterModel | None = None,
         prefilter_far_chars: int = PREFILTER_FAR_CHARS,
@@ -213,7 +236,7 @@ class LLMAttributor:
         problem = validate_against(attribution, trajectory)
         if problem is not None:
             return Attribution.failed(self.name, f"invalid answer: {problem}", **common())
-        return attribution
+        return with_step_owner(attribution, trajectory)
 
     async def _attribute(self, run: Run) -> Finding:
         raise NotImplementedError

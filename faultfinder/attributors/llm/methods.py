@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
@@ -28,13 +28,16 @@ from faultfinder.attributors.llm.formats import (
     half_format,
     verdict_format,
 )
-from faultfinder.attributors.llm.frame import Finding, LLMAttributor, Run, blameable_steps
+from faultfinder.attributors.llm.frame import (
+    Finding,
+    LLMAttributor,
+    MethodContext,
+    Run,
+    blameable_steps,
+)
 from faultfinder.attributors.llm.replies import ModelCallFailed, Prompt, ReplyFormat
 from faultfinder.attributors.llm.settings import ModelSettings
 from faultfinder.attributors.model import Candidate, normalise_agent
-
-if TYPE_CHECKING:
-    from faultfinder.attributors.context import AttributorContext
 
 __all__ = [
     "A2P",
@@ -289,7 +292,7 @@ class Consensus(LLMAttributor):
         settings: ModelSettings | None = None,
         *,
         client: ModelClient | None = None,
-        context: AttributorContext | None = None,
+        context: MethodContext | None = None,
         analysts: int = 3,
         **options: Any,
     ) -> None:

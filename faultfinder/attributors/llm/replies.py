@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from faultfinder.attributors.heuristics import is_acting_step
 from faultfinder.attributors.llm.settings import StructuredRung
-from faultfinder.attributors.model import Trajectory, normalise_agent
+from faultfinder.attributors.model import Attribution, Trajectory, normalise_agent
 
 __all__ = [
     "ContextOverflow",
@@ -25,6 +26,7 @@ __all__ = [
     "parse_who_and_when_text",
     "resolve_agent",
     "resolve_step",
+    "with_step_owner",
 ]
 
 T = TypeVar("T")
@@ -224,6 +226,26 @@ def resolve_step(value: Any, allowed: Iterable[int]) -> int:
             f"step {number} is not a valid step here; valid steps: {_ranges(allowed_steps)}"
         )
     return number
+
+
+def with_step_owner(attribution: Attribution, trajectory: Trajectory) -> Attribution:
+    """The answer as the model gave it, saying so when the step it names is another
+    agent's (the model named the coder, the step is the terminal's report of the coder's
+    code): neither name is dropped, since either may be the one the model meant; the
+    reason opens with the disagreement and `details` records the step's own agent."""
+    if attribution.step is None or attribution.agent is None:
+        return attribution
+    step = trajectory.steps[attribution.step]
+    if normalise_agent(step.agent) == normalise_agent(attribution.agent):
+        return attribution
+    what = "turn" if is_acting_step(step) else "report"
+    note = f"The model named {attribution.agent}; step {attribution.step} is {step.agent}'s {what}."
+    return attribution.model_copy(
+        update={
+            "reason": f"{note} {attribution.reason}".strip(),
+            "details": {**attribution.details, "step_agent": step.agent},
+        }
+    )
 
 
 def _ranges(numbers: list[int]) -> str:

@@ -8,30 +8,25 @@ are two drills, `hostile` runs the eight hostile ones (`hostile_runs`, `hostile_
 `stored_state` reads what the database holds afterwards and `command` is the click command.
 """
 
-from faultfinder.benchmarks.chaos.command import chaos_command, run_fuzz_suite
-from faultfinder.benchmarks.chaos.hostile import (
-    FULL,
-    QUICK,
-    Finding,
-    HostileScale,
-    run_hostile,
-)
-from faultfinder.benchmarks.chaos.kills import (
+from faultfinder.drills.chaos.command import chaos_command, run_fuzz_suite
+from faultfinder.drills.chaos.hostile import run_hostile
+from faultfinder.drills.chaos.hostile_context import FULL, QUICK, Finding, HostileScale
+from faultfinder.drills.chaos.kills import (
     KillChaosOutcome,
     KillDrill,
     KillReport,
     run_kill_chaos,
 )
-from faultfinder.benchmarks.chaos.overload import (
+from faultfinder.drills.chaos.overload import (
     OverloadDrill,
     OverloadOutcome,
     OverloadReport,
     measure_capacity,
     run_overload,
 )
-from faultfinder.benchmarks.chaos.stored_state import StoredState, read_stored_state
-from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic
-from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.drills.chaos.stored_state import StoredState, read_stored_state
+from faultfinder.drills.chaos.traffic import ChaosRequest, ChaosTraffic
+from faultfinder.evaluation.sidecar import SidecarProcess
 
 __all__ = [
     "FULL",

@@ -18,18 +18,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-from faultfinder.benchmarks.chaos.hostile import (
-    FULL,
-    QUICK,
-    Finding,
-    finding_lines,
-    parse_items,
-    run_hostile,
-)
-from faultfinder.benchmarks.chaos.kills import KillDrill, KillReport, run_kill_chaos
-from faultfinder.benchmarks.chaos.overload import OverloadDrill, OverloadReport, run_overload
-from faultfinder.benchmarks.chaos.stored_state import redacted, stored_span_count
-from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.drills.chaos.hostile import finding_lines, parse_items, run_hostile
+from faultfinder.drills.chaos.hostile_context import FULL, QUICK, Finding
+from faultfinder.drills.chaos.kills import KillDrill, KillReport, run_kill_chaos
+from faultfinder.drills.chaos.overload import OverloadDrill, OverloadReport, run_overload
+from faultfinder.drills.chaos.stored_state import redacted, stored_span_count
+from faultfinder.evaluation.sidecar import SidecarProcess
 from faultfinder.server.progress import Progress
 
 __all__ = ["FUZZ_SUITE", "chaos_command", "parse_pin", "run_fuzz_suite"]
@@ -117,7 +111,7 @@ def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
     "--fuzz",
     type=click.IntRange(min=1),
     default=None,
-    help="Run the fuzz suite (tests/integration/test_fuzz.py) with this many cases per target.",
+    help="Run the fuzz suite (tests/integration/fuzz) with this many cases per target.",
 )
 @click.option(
     "--hostile",
@@ -369,7 +363,7 @@ def _overload_drill(
     return report
 
 
-FUZZ_SUITE = Path(__file__).resolve().parents[3] / "tests" / "integration" / "test_fuzz.py"
+FUZZ_SUITE = Path(__file__).resolve().parents[3] / "tests" / "integration" / "fuzz"
 
 
 def run_fuzz_suite(examples: int) -> int:

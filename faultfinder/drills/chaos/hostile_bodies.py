@@ -24,7 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from faultfinder.benchmarks.otlp_traces import SpanBuilder
+from faultfinder.drills.otlp_traces import SpanBuilder
 
 __all__ = [
     "MINIMAL_SPAN_BYTES",
@@ -37,7 +37,7 @@ __all__ = [
     "partial_success",
 ]
 
-_SCOPE = InstrumentationScope("faultfinder.benchmarks.chaos.hostile", "0.1.0")
+_SCOPE = InstrumentationScope("faultfinder.drills.chaos.hostile", "0.1.0")
 _AGENTS = ("Planner", "Searcher", "Coder", "Checker")
 
 MINIMAL_SPAN_BYTES = 30

@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import make_url
 
-from faultfinder.benchmarks.chaos.hostile import DrillContext, Finding, postgres_admin
-from faultfinder.benchmarks.chaos.hostile_bodies import partial_success
-from faultfinder.benchmarks.chaos.sending import SendTally, send_until_acknowledged
-from faultfinder.benchmarks.chaos.stored_state import read_stored_state
-from faultfinder.benchmarks.chaos.traffic import ChaosTraffic, SpanKey
-from faultfinder.benchmarks.sidecar import SidecarProcess, faultfinder_command
+from faultfinder.drills.chaos.hostile_bodies import partial_success
+from faultfinder.drills.chaos.hostile_context import DrillContext, Finding, postgres_admin
+from faultfinder.drills.chaos.sending import SendTally, send_until_acknowledged
+from faultfinder.drills.chaos.stored_state import read_stored_state
+from faultfinder.drills.chaos.traffic import ChaosTraffic, SpanKey
+from faultfinder.evaluation.sidecar import SidecarProcess, faultfinder_command
 
 __all__ = ["RetryingSender", "full_disk_drill", "read_only_drill"]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from faultfinder.benchmarks.chaos.traffic import ChaosTraffic
-from faultfinder.benchmarks.ingest import process_memory_kb
-from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE
+from faultfinder.drills.chaos.traffic import ChaosTraffic
+from faultfinder.drills.ingest import process_memory_kb
+from faultfinder.evaluation.replay.otlp_http import PROTOBUF_CONTENT_TYPE
 
 __all__ = [
     "IngestProbe",

@@ -15,11 +15,11 @@ import httpx
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from faultfinder.benchmarks.chaos.hostile import DrillContext, Finding
-from faultfinder.benchmarks.chaos.hostile_bodies import named_run_body
-from faultfinder.benchmarks.chaos.hostile_probes import PROTOBUF_HEADERS
-from faultfinder.benchmarks.chaos.hostile_runs import GRPC_EXPORT
-from faultfinder.benchmarks.sidecar import free_port
+from faultfinder.drills.chaos.hostile_bodies import named_run_body
+from faultfinder.drills.chaos.hostile_context import DrillContext, Finding
+from faultfinder.drills.chaos.hostile_probes import PROTOBUF_HEADERS
+from faultfinder.drills.chaos.hostile_runs import GRPC_EXPORT
+from faultfinder.evaluation.sidecar import free_port
 
 __all__ = ["csrf_drill", "names_drill"]
 

@@ -17,22 +17,22 @@ import httpx
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from faultfinder.benchmarks.chaos.hostile import MIB, DrillContext, Finding
-from faultfinder.benchmarks.chaos.hostile_bodies import (
+from faultfinder.drills.chaos.hostile_bodies import (
     RunOfSteps,
     attribute_request,
     gzip_bomb,
     minimal_spans_body,
     partial_success,
 )
-from faultfinder.benchmarks.chaos.hostile_probes import (
+from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
+from faultfinder.drills.chaos.hostile_probes import (
     PROTOBUF_HEADERS,
     IngestProbe,
     MemoryWatch,
     Timed,
     timed,
 )
-from faultfinder.benchmarks.chaos.stored_state import run_span_count
+from faultfinder.drills.chaos.stored_state import run_span_count
 
 __all__ = ["GRPC_EXPORT", "large_run_drill", "memory_drill"]
 

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 
 import httpx
 
-from faultfinder.benchmarks.chaos.hostile import MIB, DrillContext, Finding
-from faultfinder.benchmarks.chaos.hostile_probes import (
+from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
+from faultfinder.drills.chaos.hostile_probes import (
     PROTOBUF_HEADERS,
     MemoryWatch,
     RawUpload,
     Timed,
     timed,
 )
-from faultfinder.benchmarks.chaos.traffic import ChaosTraffic
+from faultfinder.drills.chaos.traffic import ChaosTraffic
 
 __all__ = ["chunked_drill", "slow_senders_drill"]
 

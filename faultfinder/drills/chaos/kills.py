@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from faultfinder.benchmarks.chaos.sending import SendTally, send_until_acknowledged
-from faultfinder.benchmarks.chaos.stored_state import StoredState, read_stored_state, redacted
-from faultfinder.benchmarks.chaos.traffic import ChaosTraffic, SpanKey
-from faultfinder.benchmarks.sidecar import SidecarProcess
+from faultfinder.drills.chaos.sending import SendTally, send_until_acknowledged
+from faultfinder.drills.chaos.stored_state import StoredState, read_stored_state, redacted
+from faultfinder.drills.chaos.traffic import ChaosTraffic, SpanKey
+from faultfinder.evaluation.sidecar import SidecarProcess
 
 __all__ = ["FAST_LIFECYCLE", "KillChaosOutcome", "KillDrill", "KillReport", "run_kill_chaos"]
 

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 import httpx
 from opentelemetry.sdk.trace import ReadableSpan
 
-from faultfinder.benchmarks.chaos.sending import (
+from faultfinder.drills.chaos.sending import (
     SendTally,
     aiohttp_session,
     send_until_acknowledged_aiohttp,
 )
-from faultfinder.benchmarks.chaos.stored_state import read_stored_state
-from faultfinder.benchmarks.chaos.traffic import ChaosRequest, ChaosTraffic, SpanKey, span_keys
-from faultfinder.benchmarks.ingest import STATS_INGEST_PATH, process_memory_kb
-from faultfinder.benchmarks.ingest.report import percentile
-from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE
+from faultfinder.drills.chaos.stored_state import read_stored_state
+from faultfinder.drills.chaos.traffic import ChaosRequest, ChaosTraffic, SpanKey, span_keys
+from faultfinder.drills.ingest import STATS_INGEST_PATH, process_memory_kb
+from faultfinder.drills.ingest.report import percentile
+from faultfinder.evaluation.replay.otlp_http import PROTOBUF_CONTENT_TYPE
 
 if TYPE_CHECKING:
     import aiohttp

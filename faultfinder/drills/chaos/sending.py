@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from faultfinder.benchmarks.chaos.traffic import ChaosRequest, SpanKey
-from faultfinder.benchmarks.otlp_traces import PROTOBUF_CONTENT_TYPE, retry_after_seconds
+from faultfinder.drills.chaos.traffic import ChaosRequest, SpanKey
+from faultfinder.evaluation.replay.otlp_http import PROTOBUF_CONTENT_TYPE, retry_after_seconds
 
 if TYPE_CHECKING:
     import aiohttp

@@ -1,16 +1,20 @@
-"""What a chaos drill finds in the database afterwards: every query the drills make
-against it, read straight with SQL so that the sidecar's own accounting is not trusted."""
+"""What a chaos drill finds in the database afterwards, read through the store's own
+read methods (`SpanStore.stored_contents`, `JobQueue.job_census`) rather than the
+sidecar's counters, so that the sidecar's own accounting is not trusted."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from faultfinder.benchmarks.chaos.traffic import SpanKey
+from faultfinder.drills.chaos.traffic import SpanKey
+from faultfinder.server.composition import span_store_for
 from faultfinder.server.db.engine import create_engine
+from faultfinder.server.store import JobQueue, SpanStore
 
 __all__ = [
     "StoredState",
@@ -38,52 +42,42 @@ class StoredState:
     """(run id, attributor) → jobs."""
 
 
+@asynccontextmanager
+async def _store(database_url: str) -> AsyncIterator[SpanStore]:
+    """A span store on its own engine, closed and disposed at exit."""
+    engine = create_engine(database_url)
+    store = span_store_for(engine)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+        await engine.dispose()
+
+
 async def read_stored_state(database_url: str) -> StoredState:
     """Read spans, runs, jobs and attributions straight from the database."""
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as conn:
-            spans = {
-                (row[0], row[1])
-                for row in await conn.execute(text("SELECT trace_id, span_id FROM spans"))
-            }
-            runs = Counter(row[0] for row in await conn.execute(text("SELECT status FROM runs")))
-            failed = {
-                row[0]
-                for row in await conn.execute(
-                    text("SELECT id FROM runs WHERE status IN ('failed', 'attributed')")
-                )
-            }
-            job_rows = (
-                await conn.execute(text("SELECT run_id, attributor, status, attempts FROM jobs"))
-            ).all()
-            attributions = Counter(
-                (row[0], row[1])
-                for row in await conn.execute(text("SELECT run_id, method FROM attributions"))
-            )
-    finally:
-        await engine.dispose()
+    async with _store(database_url) as store:
+        contents = await store.stored_contents()
+        jobs = JobQueue(store.engine, record_attribution=store.record_attribution)
+        job_rows = await jobs.job_census()
     return StoredState(
-        spans=spans,
-        runs_by_status=dict(runs),
+        spans=contents.span_keys,
+        runs_by_status=dict(contents.runs_by_status),
         jobs_by_status=dict(Counter(row[2] for row in job_rows)),
         jobs_attempts=[row[3] for row in job_rows],
-        failed_runs=failed,
-        attributions=attributions,
+        failed_runs=contents.failed_runs,
+        attributions=contents.attributions,
         jobs=Counter((row[0], row[1]) for row in job_rows if row[0] is not None),
     )
 
 
 async def stored_span_count(database_url: str) -> int:
     """How many spans the database holds (0 when it has no schema yet)."""
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(text("SELECT count(*) FROM spans"))).scalar_one())
-    except Exception:  # no schema yet: empty
-        return 0
-    finally:
-        await engine.dispose()
+    async with _store(database_url) as store:
+        try:
+            return await store.count_spans()
+        except Exception:  # no schema yet (or no database): empty
+            return 0
 
 
 def redacted(database_url: str) -> str:
@@ -93,10 +87,5 @@ def redacted(database_url: str) -> str:
 
 async def run_span_count(database_url: str, run_id: str) -> int:
     """How many spans the database holds for the run `run_id`."""
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as conn:
-            query = text("SELECT count(*) FROM spans WHERE run_id = :run_id")
-            return int((await conn.execute(query, {"run_id": run_id})).scalar_one())
-    finally:
-        await engine.dispose()
+    async with _store(database_url) as store:
+        return await store.count_run_spans(run_id)

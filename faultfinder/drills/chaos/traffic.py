@@ -19,14 +19,14 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
 from faultfinder import conventions as c
-from faultfinder.benchmarks.otlp_traces import AgentTraceFactory, SpanBuilder
+from faultfinder.drills.otlp_traces import AgentTraceFactory, SpanBuilder
 
 __all__ = ["ChaosRequest", "ChaosTraffic", "SpanKey", "span_keys"]
 
 SpanKey = tuple[str, str]
 """(trace id, span id) in lower-case hex, as the span store keeps them."""
 
-_SCOPE = InstrumentationScope("faultfinder.benchmarks.chaos", "0.1.0")
+_SCOPE = InstrumentationScope("faultfinder.drills.chaos", "0.1.0")
 _AGENTS = ("Planner", "Searcher", "Coder", "Checker")
 _REALISTIC_TEMPLATES = 8
 

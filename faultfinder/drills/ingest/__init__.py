@@ -6,15 +6,15 @@ spans, ingest histograms, memory), `report` holds and prints the result, `comman
 command line.
 """
 
-from faultfinder.benchmarks.ingest.command import ingest_command
-from faultfinder.benchmarks.ingest.load import SendOptions, Verify, ingest, run_ingest
-from faultfinder.benchmarks.ingest.report import (
+from faultfinder.drills.ingest.command import ingest_command
+from faultfinder.drills.ingest.load import SendOptions, Verify, ingest, run_ingest
+from faultfinder.drills.ingest.report import (
     IngestReport,
     StageTimes,
     percentile,
     report_lines,
 )
-from faultfinder.benchmarks.ingest.server_figures import (
+from faultfinder.drills.ingest.server_figures import (
     METRICS_PATH,
     SERVER_STAGES,
     STATS_INGEST_PATH,

@@ -8,11 +8,11 @@ import sys
 
 import click
 
-from faultfinder.benchmarks.ingest.load import Verify, ingest
-from faultfinder.benchmarks.ingest.report import report_lines
-from faultfinder.benchmarks.ingest.server_figures import STATS_INGEST_PATH
-from faultfinder.benchmarks.otlp_traces import BodyFormat
-from faultfinder.benchmarks.replay.exporters import parse_headers
+from faultfinder.drills.ingest.load import Verify, ingest
+from faultfinder.drills.ingest.report import report_lines
+from faultfinder.drills.ingest.server_figures import STATS_INGEST_PATH
+from faultfinder.drills.otlp_traces import BodyFormat
+from faultfinder.evaluation.replay.exporters import parse_headers
 
 
 @click.command(name="ingest")

@@ -22,8 +22,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from faultfinder.benchmarks.ingest.report import IngestReport, percentile
-from faultfinder.benchmarks.ingest.server_figures import (
+from faultfinder.drills.ingest.report import IngestReport, percentile
+from faultfinder.drills.ingest.server_figures import (
     METRICS_PATH,
     SERVER_STAGES,
     STATS_INGEST_PATH,
@@ -36,11 +36,13 @@ from faultfinder.benchmarks.ingest.server_figures import (
     stage_times,
     stored_spans,
 )
-from faultfinder.benchmarks.otlp_traces import (
-    PROTOBUF_CONTENT_TYPE,
+from faultfinder.drills.otlp_traces import (
     BodyFormat,
     PreparedRequest,
     prepare_requests,
+)
+from faultfinder.evaluation.replay.otlp_http import (
+    PROTOBUF_CONTENT_TYPE,
     retry_after_seconds,
     traces_url,
 )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from faultfinder.benchmarks.ingest.report import IngestReport, StageTimes
+from faultfinder.drills.ingest.report import IngestReport, StageTimes
 from faultfinder.server.progress import Progress
 
 STATS_INGEST_PATH = "/api/stats/ingest"

@@ -7,10 +7,10 @@ compares it with its last accepted entry (exact McNemar on per-record correctnes
 `report` writes the run's report.html and `command` holds the click commands.
 """
 
-from faultfinder.benchmarks.nightly.command import history_group, nightly_command
-from faultfinder.benchmarks.nightly.gate import GateResult, MetricChange, compare, describe
-from faultfinder.benchmarks.nightly.runner import NightlyOptions, NightlyResult, run_nightly
-from faultfinder.benchmarks.nightly.suite import DEFAULT_SUITE, Suite, SuiteError, load_suite
+from faultfinder.evaluation.nightly.command import history_group, nightly_command
+from faultfinder.evaluation.nightly.gate import GateResult, MetricChange, compare, describe
+from faultfinder.evaluation.nightly.runner import NightlyOptions, NightlyResult, run_nightly
+from faultfinder.evaluation.nightly.suite import DEFAULT_SUITE, Suite, SuiteError, load_suite
 
 __all__ = [
     "DEFAULT_SUITE",

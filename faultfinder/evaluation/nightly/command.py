@@ -19,12 +19,18 @@ import click
 from rich.console import Console
 
 from faultfinder import __version__
-from faultfinder.benchmarks.datasets import DATASETS_DIR_ENV, resolve_datasets_dir
-from faultfinder.benchmarks.nightly.gate import describe
-from faultfinder.benchmarks.nightly.report import write_nightly_report
-from faultfinder.benchmarks.nightly.runner import NightlyOptions, NightlyResult, run_nightly
-from faultfinder.benchmarks.nightly.suite import DEFAULT_SUITE, SuiteError, load_suite
-from faultfinder.benchmarks.run.models import terminate_cleanly
+from faultfinder.datasets import DATASETS_DIR_ENV, resolve_datasets_dir
+from faultfinder.evaluation.nightly.gate import describe
+from faultfinder.evaluation.nightly.report import write_nightly_report
+from faultfinder.evaluation.nightly.runner import NightlyOptions, NightlyResult, run_nightly
+from faultfinder.evaluation.nightly.suite import (
+    DEFAULT_SUITE,
+    IN_SAMPLE,
+    SuiteError,
+    in_sample,
+    load_suite,
+)
+from faultfinder.evaluation.run.models import terminate_cleanly
 from faultfinder.server.db.engine import DatabaseURLError, create_engine, database_url
 from faultfinder.server.db.migrate import upgrade
 from faultfinder.server.store import BenchEntry, BenchHistory, BenchRun, UnknownBenchEntryError
@@ -124,7 +130,7 @@ _DATABASE = click.option(
     # naming a path inside its container parses anywhere.
     type=click.Path(dir_okay=False, path_type=Path),
     default=DEFAULT_SUITE,
-    show_default="the repository's faultfinder/benchmarks/nightly/default.toml",
+    show_default="the repository's faultfinder/evaluation/nightly/default.toml",
     help="The suite file (TOML: datasets × attributors × settings; docs/nightly.md).",
 )
 @_DATABASE
@@ -232,6 +238,7 @@ def _as_json(result: NightlyResult, report: Path) -> dict[str, Any]:
     for entry in result.entries:
         data = entry.as_json()
         data.pop("records")
+        data["in_sample"] = in_sample(entry.definition)
         entries.append(data)
     return {
         "run": {
@@ -256,7 +263,7 @@ def _table(entries: Sequence[BenchEntry]) -> list[str]:
     header = ("entry", "records", "agent % [95 %]", "step % [95 %]", "tokens", "time", "gate")
     rows = [
         (
-            entry.entry,
+            f"{entry.entry} ({IN_SAMPLE})" if in_sample(entry.definition) else entry.entry,
             str(entry.n_records),
             _figure(entry, "agent"),
             _figure(entry, "step"),
@@ -283,6 +290,11 @@ def _print_result(result: NightlyResult, suite: str, database: str, report: Path
     )
     for line in _table(result.entries):
         click.echo(line)
+    if any(in_sample(entry.definition) for entry in result.entries):
+        click.echo(
+            f"{IN_SAMPLE}: the attributor was trained on that dataset; its figures show change"
+            " from night to night, not held-out accuracy"
+        )
     for item in run.plan:
         if item.get("skipped"):
             click.echo(f"skipped {item['entry']}: {item['skipped']}")

@@ -22,18 +22,18 @@ from faultfinder.attributors.base import Attributor, get_attributor
 from faultfinder.attributors.llm import ModelSettings
 from faultfinder.attributors.model import Attribution
 from faultfinder.attributors.scoring import OVERALL, score_attribution, wilson_interval
-from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
-from faultfinder.benchmarks.labelled import labelled_records
-from faultfinder.benchmarks.nightly.suite import DatasetDef, Entry, resolve_spec
-from faultfinder.benchmarks.run import (
+from faultfinder.datasets import BenchmarkRecord, DatasetError, load_dataset
+from faultfinder.datasets.labelled import labelled_records
+from faultfinder.evaluation.nightly.suite import DatasetDef, Entry, resolve_spec
+from faultfinder.evaluation.run import (
     RESULTS_FILE,
     BenchmarkSettings,
     RecordOutcome,
     read_results,
     run_benchmark,
 )
-from faultfinder.benchmarks.run.checkpoint import read_run_file, result_key
-from faultfinder.benchmarks.run.selection import choose_records
+from faultfinder.evaluation.run.checkpoint import read_run_file, result_key
+from faultfinder.evaluation.run.selection import choose_records
 
 __all__ = [
     "EntryOutcome",

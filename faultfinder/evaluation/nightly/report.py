@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
-from faultfinder.benchmarks.nightly.gate import describe
-from faultfinder.benchmarks.plots import HTML_REPORT_FILE, REPORT_STYLE, trend_chart
+from faultfinder.evaluation.nightly.gate import describe
+from faultfinder.evaluation.nightly.suite import IN_SAMPLE, in_sample
+from faultfinder.evaluation.run.plots import HTML_REPORT_FILE, REPORT_STYLE, trend_chart
 from faultfinder.server.store import BenchEntry, BenchRun
 
 __all__ = ["render_nightly_report", "write_nightly_report"]
@@ -64,15 +65,21 @@ def render_nightly_report(
     ]
     for entry in entries:
         overall = entry.figures.get("overall", {})
+        mark = f" <span class=note>({IN_SAMPLE})</span>" if in_sample(entry.definition) else ""
         parts.append(
             f"<tr{' class=regression' if entry.regression else ''}>"
-            f"<td>{escape(entry.entry)}</td><td class=num>{entry.n_records}</td>"
+            f"<td>{escape(entry.entry)}{mark}</td><td class=num>{entry.n_records}</td>"
             f"<td class=num>{_percent(overall['agent'])}</td>"
             f"<td class=num>{_percent(overall['step'])}</td>"
             f"<td class=num>{entry.prompt_tokens + entry.completion_tokens}</td>"
             f"<td class=num>{entry.wall_time_s:.1f} s</td><td>{escape(entry.verdict)}</td></tr>"
         )
     parts.append("</tbody></table>")
+    if any(in_sample(entry.definition) for entry in entries):
+        parts.append(
+            f'<p class="note">{IN_SAMPLE}: the attributor was trained on that dataset; its'
+            " figures show change from night to night, not held-out accuracy.</p>"
+        )
     skipped = [item for item in run.plan if item.get("skipped")]
     if skipped:
         parts.append(

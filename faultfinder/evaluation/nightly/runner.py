@@ -25,9 +25,9 @@ from faultfinder.attributors.base import (
     available_attributors,
     close_attributor,
 )
-from faultfinder.benchmarks.datasets import DatasetError
-from faultfinder.benchmarks.labelled import LabelledRunsError
-from faultfinder.benchmarks.nightly.entry import (
+from faultfinder.datasets import DatasetError
+from faultfinder.datasets.labelled import LabelledRunsError
+from faultfinder.evaluation.nightly.entry import (
     LoadedDataset,
     build_attributor,
     entry_figures,
@@ -35,9 +35,9 @@ from faultfinder.benchmarks.nightly.entry import (
     record_results,
     run_entry,
 )
-from faultfinder.benchmarks.nightly.gate import compare
-from faultfinder.benchmarks.nightly.suite import DatasetDef, Entry, Suite, endpoint_configured
-from faultfinder.benchmarks.run import BenchmarkSettings, ResumeMismatch, attribution_progress
+from faultfinder.evaluation.nightly.gate import compare
+from faultfinder.evaluation.nightly.suite import DatasetDef, Entry, Suite, endpoint_configured
+from faultfinder.evaluation.run import BenchmarkSettings, ResumeMismatch, attribution_progress
 from faultfinder.server.progress import Progress
 from faultfinder.server.store import BenchEntry, BenchHistory, BenchRun, BenchVerdict
 

@@ -20,8 +20,8 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from faultfinder.attributors.llm.methods import LLM_METHODS
-from faultfinder.benchmarks.datasets import DATASET_SPECS
-from faultfinder.benchmarks.subsets import FIXED_SUBSET_SEED
+from faultfinder.datasets import DATASET_SPECS
+from faultfinder.evaluation.subsets import FIXED_SUBSET_SEED
 
 __all__ = [
     "DEFAULT_SUITE",
@@ -98,6 +98,9 @@ class AttributorDef(_Strict):
     """Only these datasets (default: every dataset)."""
     settings: list[str] | None = None
     """Only these settings blocks (default: every one)."""
+    trained_on: list[str] = Field(default_factory=list)
+    """The suite's datasets the attributor was fitted on: its entries there are in-sample
+    (training-set) figures, marked so wherever they are shown, never held-out accuracy."""
     note: str | None = None
     time_budget_s: float | None = Field(default=None, gt=0)
     """Wall time one entry may take; records left when it runs out count as failed."""
@@ -196,6 +199,7 @@ class Suite(_Strict):
         for attributor in self.attributors:
             for kind, wanted, known in (
                 ("datasets", attributor.datasets, datasets),
+                ("datasets", attributor.trained_on, datasets),
                 ("settings", attributor.settings, settings),
             ):
                 unknown = sorted(set(wanted or ()) - known)
@@ -243,6 +247,17 @@ class Entry:
             "attributor": self.attributor.model_dump(mode="json", exclude_none=True),
             "settings": self.settings.model_dump(mode="json"),
         }
+
+
+IN_SAMPLE = "in-sample"
+"""The mark of an entry whose attributor was trained on its dataset."""
+
+
+def in_sample(definition: Mapping[str, Any]) -> bool:
+    """Whether an entry (its stored `Entry.definition`) scores its attributor on a dataset
+    the attributor was trained on (`AttributorDef.trained_on`)."""
+    dataset = definition.get("dataset", {}).get("name")
+    return dataset in definition.get("attributor", {}).get("trained_on", ())
 
 
 def endpoint_configured(attributor: AttributorDef, environ: Mapping[str, str]) -> bool:

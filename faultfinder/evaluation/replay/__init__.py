@@ -5,8 +5,8 @@ exported over OTLP (http/protobuf, http/json or gRPC), one trace per record.
 replays records through one, `command` is the command line.
 """
 
-from faultfinder.benchmarks.replay.command import replay_command
-from faultfinder.benchmarks.replay.exporters import (
+from faultfinder.evaluation.replay.command import replay_command
+from faultfinder.evaluation.replay.exporters import (
     DEFAULT_GRPC_PORT,
     DeliveryCount,
     OTLPJsonSpanExporter,
@@ -15,13 +15,13 @@ from faultfinder.benchmarks.replay.exporters import (
     grpc_target,
     parse_headers,
 )
-from faultfinder.benchmarks.replay.sending import (
+from faultfinder.evaluation.replay.sending import (
     REPLAY_SERVICE_NAME,
     ReplayResult,
     replay,
     replay_records,
 )
-from faultfinder.benchmarks.replay.spans import (
+from faultfinder.evaluation.replay.spans import (
     STEP_NS,
     output_messages,
     step_attributes,

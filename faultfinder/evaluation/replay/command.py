@@ -6,14 +6,14 @@ import itertools
 
 import click
 
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     DATASETS_DIR_ENV,
     DatasetError,
     load_dataset,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.replay.exporters import Protocol, parse_headers
-from faultfinder.benchmarks.replay.sending import replay
+from faultfinder.evaluation.replay.exporters import Protocol, parse_headers
+from faultfinder.evaluation.replay.sending import replay
 
 
 @click.command(name="replay")

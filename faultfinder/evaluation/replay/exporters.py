@@ -16,7 +16,11 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from faultfinder.benchmarks.otlp_traces import JSON_CONTENT_TYPE, retry_after_seconds, traces_url
+from faultfinder.evaluation.replay.otlp_http import (
+    JSON_CONTENT_TYPE,
+    retry_after_seconds,
+    traces_url,
+)
 from faultfinder.server.otlp.otlp_json import request_to_otlp_json
 
 _log = logging.getLogger(__name__)

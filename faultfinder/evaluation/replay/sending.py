@@ -14,9 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.replay.exporters import DeliveryCount, Protocol, build_exporter
-from faultfinder.benchmarks.replay.spans import trajectory_spans
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.evaluation.replay.exporters import DeliveryCount, Protocol, build_exporter
+from faultfinder.evaluation.replay.spans import trajectory_spans
 from faultfinder.server.progress import Progress
 
 REPLAY_SERVICE_NAME = "faultfinder-replay"
@@ -63,7 +63,7 @@ def replay_records(
     provider.add_span_processor(
         BatchSpanProcessor(counted, max_queue_size=1 << 16, max_export_batch_size=512)
     )
-    tracer = provider.get_tracer("faultfinder.benchmarks.replay")
+    tracer = provider.get_tracer("faultfinder.evaluation.replay")
     replayed = 0
     try:
         for item in records:

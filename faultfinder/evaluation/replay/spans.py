@@ -13,7 +13,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 
 from faultfinder import conventions as c
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.datasets import BenchmarkRecord
 
 STEP_NS = 1_000_000
 """Replayed steps start 1 ms apart, so time order equals step order."""

@@ -6,23 +6,23 @@ the records, `summary` sums the result lines up, `selection` picks the records, 
 sets up the model side and `command` is the click command.
 """
 
-from faultfinder.benchmarks.run.attribution import (
+from faultfinder.evaluation.run.attribution import (
     BenchmarkSettings,
     RecordOutcome,
     attribute_records,
     random_baseline,
 )
-from faultfinder.benchmarks.run.benchmark import run_benchmark
-from faultfinder.benchmarks.run.checkpoint import (
+from faultfinder.evaluation.run.benchmark import run_benchmark
+from faultfinder.evaluation.run.checkpoint import (
     IDENTITY_FIELDS,
     RESULTS_FILE,
     RUN_FILE,
     ResumeMismatch,
     read_results,
 )
-from faultfinder.benchmarks.run.command import run_command
-from faultfinder.benchmarks.run.progress import attribution_progress
-from faultfinder.benchmarks.run.summary import summarise_results
+from faultfinder.evaluation.run.command import run_command
+from faultfinder.evaluation.run.progress import attribution_progress
+from faultfinder.evaluation.run.summary import summarise_results
 
 __all__ = [
     "IDENTITY_FIELDS",

@@ -20,7 +20,7 @@ from faultfinder.attributors.scoring import (
     random_expectation,
     score_attribution,
 )
-from faultfinder.benchmarks.datasets import BenchmarkRecord
+from faultfinder.datasets import BenchmarkRecord
 
 __all__ = [
     "BenchmarkSettings",

@@ -11,15 +11,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from faultfinder.attributors.base import AttributeOptions, Attributor
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.plots import write_html_report
-from faultfinder.benchmarks.report import render_report
-from faultfinder.benchmarks.run.attribution import (
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.evaluation.run.attribution import (
     BenchmarkSettings,
     RecordOutcome,
     attribute_records,
 )
-from faultfinder.benchmarks.run.checkpoint import (
+from faultfinder.evaluation.run.checkpoint import (
     RESULTS_FILE,
     RUN_FILE,
     ResumeMismatch,
@@ -29,7 +27,9 @@ from faultfinder.benchmarks.run.checkpoint import (
     result_key,
     write_run_file,
 )
-from faultfinder.benchmarks.run.summary import summarise_results
+from faultfinder.evaluation.run.plots import write_html_report
+from faultfinder.evaluation.run.report import render_report
+from faultfinder.evaluation.run.summary import summarise_results
 
 __all__ = ["run_benchmark"]
 

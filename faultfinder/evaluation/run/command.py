@@ -28,7 +28,7 @@ from faultfinder.attributors.local_model import (
     LOCAL_MODELS,
 )
 from faultfinder.attributors.scoring import OVERALL
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     DATASETS_DIR_ENV,
     SPEC_HELP,
     BenchmarkRecord,
@@ -36,10 +36,10 @@ from faultfinder.benchmarks.datasets import (
     load_dataset,
     resolve_datasets_dir,
 )
-from faultfinder.benchmarks.run.attribution import BenchmarkSettings
-from faultfinder.benchmarks.run.benchmark import run_benchmark
-from faultfinder.benchmarks.run.checkpoint import RESULTS_FILE, ResumeMismatch
-from faultfinder.benchmarks.run.models import (
+from faultfinder.evaluation.run.attribution import BenchmarkSettings
+from faultfinder.evaluation.run.benchmark import run_benchmark
+from faultfinder.evaluation.run.checkpoint import RESULTS_FILE, ResumeMismatch
+from faultfinder.evaluation.run.models import (
     check_model_options,
     model_client_settings,
     model_options,
@@ -48,9 +48,10 @@ from faultfinder.benchmarks.run.models import (
     recorded_model,
     terminate_cleanly,
 )
-from faultfinder.benchmarks.run.progress import attribution_progress
-from faultfinder.benchmarks.run.selection import load_records
-from faultfinder.benchmarks.subsets import FIXED_SUBSET_SEED
+from faultfinder.evaluation.run.progress import attribution_progress
+from faultfinder.evaluation.run.selection import load_records
+from faultfinder.evaluation.subsets import FIXED_SUBSET_SEED
+from faultfinder.server.progress import table_console
 
 __all__ = ["run_command"]
 
@@ -96,7 +97,7 @@ def _summary_table(summary: Mapping[str, Any]) -> Table:
 
 def _print_summary(summary: Mapping[str, Any], out_dir: Path) -> None:
     """The summary table, the run's cost and the files written."""
-    Console().print(_summary_table(summary))
+    table_console().print(_summary_table(summary))
     cost = summary["subsets"][OVERALL]["cost"]
     click.echo(
         f"records completed {summary['records_completed']} (this session"
@@ -422,7 +423,8 @@ def _cross_validate(
 ) -> None:
     """`--cv`: score the trained attributor on held-out folds only; the --train-also
     records that are not scored join every fold's training."""
-    from faultfinder.benchmarks.cv import CVSettings, cross_validate_command
+    from faultfinder.evaluation.run.cv.crossval import cross_validate_command
+    from faultfinder.evaluation.run.cv.folds import CVSettings
 
     extra: list[BenchmarkRecord] = []
     if train_also:

@@ -24,8 +24,8 @@ from faultfinder.attributors.local_model import (
 from faultfinder.attributors.local_server import (
     LocalModelServer,
 )
-from faultfinder.benchmarks.datasets import BenchmarkRecord, DatasetError, load_dataset
-from faultfinder.benchmarks.run.checkpoint import ResumeMismatch, check_identity, read_run_file
+from faultfinder.datasets import BenchmarkRecord, DatasetError, load_dataset
+from faultfinder.evaluation.run.checkpoint import ResumeMismatch, check_identity, read_run_file
 
 __all__ = [
     "check_model_options",
@@ -164,8 +164,8 @@ def fold_models(
     console: Console,
 ) -> Any:
     """The out-of-fold pre-filter models for `records` (trained on the rest of Who&When)."""
-    from faultfinder.benchmarks.prefilter import build_fold_models
-    from faultfinder.benchmarks.train import require_training_packages
+    from faultfinder.evaluation.prefilter import build_fold_models
+    from faultfinder.training.command import require_training_packages
 
     require_training_packages()
     try:
@@ -208,7 +208,7 @@ def prefilter_settings(
         prefilter["cv_seed"] = seed
         # A directory whose hints came from folds split otherwise (before folds kept a
         # task's runs together) must not be continued with these.
-        from faultfinder.attributors.learned.training import FOLDS_BY
+        from faultfinder.training import FOLDS_BY
 
         prefilter["cv_folds_by"] = FOLDS_BY
         if resumed_dir is not None:

@@ -16,7 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faultfinder.benchmarks.report import PUBLISHED_ROWS
+from faultfinder.evaluation.run.report import PUBLISHED_ROWS
 
 if TYPE_CHECKING:
     from faultfinder.server.api.dashboard.trends import TrendChart

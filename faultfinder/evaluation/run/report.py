@@ -227,9 +227,9 @@ class MethodRow:
 def method_row(run_dir: Path, record_ids: Sequence[str] | None = None) -> MethodRow:
     """Summarise `run_dir`'s results.jsonl over `record_ids` (all its lines when None)."""
     # Imported here: the run package imports this module for render_report.
-    from faultfinder.benchmarks.run.attribution import BenchmarkSettings
-    from faultfinder.benchmarks.run.checkpoint import RESULTS_FILE, RUN_FILE, read_results
-    from faultfinder.benchmarks.run.summary import summarise_results
+    from faultfinder.evaluation.run.attribution import BenchmarkSettings
+    from faultfinder.evaluation.run.checkpoint import RESULTS_FILE, RUN_FILE, read_results
+    from faultfinder.evaluation.run.summary import summarise_results
 
     identity = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))["identity"]
     lines = read_results(run_dir / RESULTS_FILE)
@@ -330,7 +330,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m faultfinder.benchmarks.report",
+        prog="python -m faultfinder.evaluation.run.report",
         description="Print comparison tables of several bench run directories on the same records.",
     )
     parser.add_argument("run_dirs", nargs="+", type=Path)
@@ -338,7 +338,7 @@ def _main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     ids = None
     if args.records is not None:
-        from faultfinder.benchmarks.subsets import read_record_ids
+        from faultfinder.evaluation.subsets import read_record_ids
 
         ids = read_record_ids(args.records)
     print(render_comparison([method_row(path, ids) for path in args.run_dirs]))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from faultfinder.benchmarks.datasets import (
+from faultfinder.datasets import (
     BenchmarkRecord,
     DatasetError,
     UnknownDatasetError,
     load_dataset,
 )
-from faultfinder.benchmarks.subsets import (
+from faultfinder.evaluation.subsets import (
     SubsetError,
     parse_fraction,
     read_record_ids,

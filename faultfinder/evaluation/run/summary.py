@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from faultfinder.attributors.scoring import OVERALL, RecordScore, ScoredRecord, aggregate, spread
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.run.attribution import (
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.evaluation.run.attribution import (
     BenchmarkSettings,
     mean_expectations,
     random_expected,

@@ -8,7 +8,7 @@ from litestar import Controller, get
 from litestar.di import NamedDependency
 from litestar.params import Parameter
 
-from faultfinder.server.api.schemas import AlarmOut
+from faultfinder.attributors.auditor import Alarm
 from faultfinder.server.runs import RunService
 
 __all__ = ["AlarmController"]
@@ -22,6 +22,5 @@ class AlarmController(Controller):
         self,
         runs: NamedDependency[RunService],
         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
-    ) -> list[AlarmOut]:
-        alarms: list[AlarmOut] = await runs.recent_alarms(limit)
-        return alarms
+    ) -> list[Alarm]:
+        return await runs.recent_alarms(limit)

@@ -11,9 +11,9 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath, JSONBody
 
 from faultfinder.server.api.runs import known_attributor
-from faultfinder.server.api.schemas import AttributeIn, JobOut
 from faultfinder.server.attribution import AttributionService
 from faultfinder.server.runs import job_out
+from faultfinder.server.schemas import AttributeIn, JobOut
 from faultfinder.server.settings import Settings
 from faultfinder.server.store import JobQueue, SpanStore
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Response, get
+from typing import Any
+
+from litestar import Controller, Request, Response, get
+from litestar.datastructures import State
 from litestar.di import NamedDependency
 
-from faultfinder.server.api.schemas import Health, IngestStats
+from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.otlp.pool import BodyDecoder
+from faultfinder.server.schemas import Health, IngestStats
 from faultfinder.server.store import SpanStore
 
 
@@ -20,18 +24,29 @@ class HealthController(Controller):
 
     @get("/readyz", operation_id="readyz", summary="The database answers and takes writes")
     async def readyz(
-        self, store: NamedDependency[SpanStore], writer: NamedDependency[SpanWriter]
+        self,
+        request: Request[Any, Any, State],
+        store: NamedDependency[SpanStore],
+        writer: NamedDependency[SpanWriter],
     ) -> Response[Health]:
+        # Probes carry no key; the database's error text (paths, hosts, users) is for
+        # those who may query the API.
+        keys: KeyRing = request.app.state.keyring
+        may_see = keys.may_query(
+            presented_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
+        )
         failing = writer.failing
         if failing is not None:  # e.g. a read-only or full database: reads still answer
+            detail = failing if may_see else "the database refuses writes"
             return Response(
-                Health(status="unavailable", details={"ingest": failing}), status_code=503
+                Health(status="unavailable", details={"ingest": detail}), status_code=503
             )
         try:
             spans = await store.count_spans()
         except Exception as exc:  # readiness reports any database failure
+            detail = str(exc) if may_see else "the database does not answer"
             return Response(
-                Health(status="unavailable", details={"database": str(exc)}), status_code=503
+                Health(status="unavailable", details={"database": detail}), status_code=503
             )
         return Response(Health(status="ok", details={"spans": spans}))
 

@@ -1,4 +1,5 @@
-"""`/api/runs`: runs with their status and attributions; verdicts, re-attribution, labels."""
+"""`/api/runs`: runs with their status and attributions; verdicts, re-attribution, labels,
+verifications."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from litestar.exceptions import ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 
 from faultfinder.attributors.base import available_attributors
+from faultfinder.attributors.model import Attribution
 from faultfinder.server.api.run_paths import as_stored, stored_run_id
-from faultfinder.server.api.schemas import (
+from faultfinder.server.metrics import ServerMetrics
+from faultfinder.server.runs import CulpritFilter, RunService
+from faultfinder.server.schemas import (
     AttributeRunIn,
     JobOut,
     LabelIn,
@@ -20,8 +24,9 @@ from faultfinder.server.api.schemas import (
     RunDetail,
     RunPage,
     RunSummary,
+    VerificationIn,
 )
-from faultfinder.server.runs import RunService
+from faultfinder.server.settings import Settings
 from faultfinder.server.store import InvalidCursorError
 
 RUN_STATUSES = ("running", "complete", "failed", "attributed")
@@ -50,7 +55,16 @@ class RunController(Controller):
         ] = None,
         project: FromQuery[str | None] = None,
         agent: Annotated[
-            str | None, Parameter(description="Only runs blamed on this agent")
+            str | None,
+            Parameter(description="Only runs whose leading attribution blames this agent"),
+        ] = None,
+        mode: Annotated[
+            str | None,
+            Parameter(
+                description="Only runs whose leading attribution has this failure mode"
+                " (a Who&When Pro code, e.g. R.1, A.1, C.2)",
+                max_length=10,
+            ),
         ] = None,
         since: Annotated[
             float | None,
@@ -70,6 +84,8 @@ class RunController(Controller):
         ] = None,
         limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
         cursor: FromQuery[str | None] = None,
+        *,
+        settings: NamedDependency[Settings],
     ) -> RunPage:
         if status is not None and status not in RUN_STATUSES:
             raise ValidationException(f"status must be one of {', '.join(RUN_STATUSES)}")
@@ -77,7 +93,11 @@ class RunController(Controller):
             return await runs.list_runs(
                 status=status,
                 project=as_stored(project) if project is not None else None,
-                agent=as_stored(agent) if agent is not None else None,
+                culprit=CulpritFilter(
+                    agent=as_stored(agent) if agent is not None else None,
+                    mode=mode or None,
+                    preferred=tuple(settings.attributors),
+                ),
                 since=since,
                 until=until,
                 limit=limit,
@@ -167,6 +187,27 @@ class RunController(Controller):
             )
         except ValueError as exc:
             raise ValidationException(str(exc)) from None
+
+    @post(
+        "/{run_id:str}/verifications",
+        operation_id="verifyRun",
+        summary="A counterfactual verification (`faultfinder verify`): stored as the run's"
+        " attribution of method `counterfactual`",
+        status_code=201,
+    )
+    async def add_verification(
+        self,
+        runs: NamedDependency[RunService],
+        metrics: NamedDependency[ServerMetrics],
+        run_id: FromPath[str],
+        data: JSONBody[VerificationIn],
+    ) -> Attribution:
+        try:
+            answer = await runs.add_verification(stored_run_id(run_id), data)
+        except ValueError as exc:
+            raise ValidationException(str(exc)) from None
+        metrics.observe_verification(c.result for c in data.candidates)
+        return answer
 
     @get("/{run_id:str}/labels", operation_id="listRunLabels", summary="The run's human labels")
     async def labels(

@@ -10,8 +10,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery, Parameter
 
 from faultfinder.server.api.runs import UNIX_SECONDS_MAX
-from faultfinder.server.api.schemas import Stats
 from faultfinder.server.runs import RunService
+from faultfinder.server.schemas import Stats
 
 __all__ = ["StatsController"]
 

@@ -17,6 +17,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faultfinder.server.errors import DatabaseURLError as DatabaseURLError
+
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -34,10 +36,6 @@ SQLITE_CACHED_STATEMENTS = 32
 
 # A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
 _ESCAPED_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
-
-
-class DatabaseURLError(ValueError):
-    """The database URL is not one the span store can use."""
 
 
 def _json_default(value: object) -> object:

@@ -30,6 +30,12 @@ from faultfinder.server.progress import Progress
 
 log = logging.getLogger(__name__)
 
+
+def summary(docstring: str | None) -> str:
+    """A revision's docstring as one log-friendly line: its first paragraph, unwrapped."""
+    return " ".join((docstring or "").strip().split("\n\n", 1)[0].split())
+
+
 ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
@@ -85,9 +91,8 @@ def _upgrade_on_connection(
         now = time.perf_counter()
         revision = step.up_revision_id or "base"
         # Revisions loaded from scripts carry the module docstring as `doc`.
-        description: str = getattr(step.up_revision, "doc", None) or ""
         done = AppliedRevision(
-            revision, description.splitlines()[0] if description else "", now - started
+            revision, summary(getattr(step.up_revision, "doc", None)), now - started
         )
         started = now
         applied.append(done)
@@ -131,6 +136,10 @@ def upgrade(
     """
     url = database_url(database_url_)
     where = url.render_as_string(hide_password=True)
+    # Each applied revision is logged here on one line; Alembic's own INFO lines repeat
+    # them (a docstring's line breaks escaped as a literal `\n`) and list its plugins. Set
+    # on each call: a logging configuration applied since may have reset the level.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     console = Console(stderr=True)
     progress = Progress(
         TextColumn("[bold]migrating database"),

@@ -78,7 +78,7 @@ class SpanTable(SQLModel, table=True):
     """16 lowercase hex characters."""
     parent_span_id: str | None = Field(default=None, sa_column=Column(String(16), nullable=True))
     run_id: str = Field(sa_column=Column(String, nullable=False))
-    """The run this span belongs to (see `faultfinder.server.otlp.mapping.run_facts`)."""
+    """The run this span belongs to, as the decoder stamped it (`reading.runs.run_id_of`)."""
     project: str = Field(sa_column=Column(String, nullable=False))
     name: str = Field(sa_column=Column(String, nullable=False))
     kind: int = Field(sa_column=Column(SmallInteger, nullable=False))

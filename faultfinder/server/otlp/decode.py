@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError as ProtobufDecodeError
@@ -22,14 +22,16 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from faultfinder import conventions as c
+from faultfinder.reading.model import AttributeValue, SpanEvent, SpanRecord, StatusCode
+from faultfinder.reading.runs import bound_identities, run_id_of
 from faultfinder.server.errors import (
     BodyTooLargeError,
     DecodeError,
     TooManySpansError,
     UnsupportedEncodingError,
 )
-from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord, StatusCode
 from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_request_json
+from faultfinder.server.otlp.wire_limits import bound_request, parser_complaint
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -90,7 +92,8 @@ class DecodedBatch:
     reasons: dict[str, int] = field(default_factory=dict)
     """Rejected spans by reason, e.g. `{"trace_id is 5 bytes, expected 16": 1}`."""
     truncated_values: int = 0
-    """Attribute values cut to `max_value_bytes` or replaced for nesting too deeply."""
+    """Attribute values cut to `max_value_bytes` or replaced for nesting too deeply, and
+    events, links and attributes dropped from over-full spans (`wire_limits.py`)."""
 
 
 @dataclass(slots=True)
@@ -137,13 +140,21 @@ class _ValueLimits:
 
 
 def decompress(body: bytes, content_encoding: str | None, *, max_size: int) -> bytes:
-    """Undo `Content-Encoding` (gzip, deflate, identity; comma lists applied in reverse).
+    """Undo `Content-Encoding` (gzip, deflate or identity; one of them, not a stack).
 
     Raises BodyTooLargeError as soon as the output would exceed `max_size` bytes (so a
     zip bomb is never fully inflated), UnsupportedEncodingError for other encodings and
     DecodeError for corrupt or truncated data.
     """
     encodings = [e.strip().lower() for e in (content_encoding or "").split(",") if e.strip()]
+    encodings = [e for e in encodings if e != "identity"]
+    if len(encodings) > 1:
+        # Each layer may inflate a thousandfold: 426 bytes gzipped twice are 64 MiB.
+        # Exporters compress once; a stack of encodings is refused before inflating.
+        raise UnsupportedEncodingError(
+            f"Content-Encoding {content_encoding!r} stacks {len(encodings)} encodings;"
+            " send one of gzip, deflate or identity"
+        )
     data = body
     for encoding in reversed(encodings):
         if encoding == "identity":
@@ -200,21 +211,33 @@ def decode_protobuf(
     max_value_bytes: int = MAX_VALUE_BYTES,
     max_value_depth: int = MAX_VALUE_DEPTH,
     max_spans: int | None = None,
+    group_by_conversation: bool = False,
 ) -> DecodedBatch:
-    """Decode a binary protobuf `ExportTraceServiceRequest` (caps as in `decode_request`)."""
+    """Decode a binary protobuf `ExportTraceServiceRequest` (caps as in `decode_request`;
+    spans counted, and over-full spans cut, on the wire before parsing: `wire_limits.py`)."""
+    bounded = bound_request(body, max_spans=max_spans)
     try:
-        message = ExportTraceServiceRequest.FromString(body)
+        message = ExportTraceServiceRequest.FromString(bounded.body)
     except ProtobufDecodeError as exc:
-        raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc}") from None
+        raise DecodeError(
+            f"invalid protobuf ExportTraceServiceRequest: {parser_complaint(exc)}"
+        ) from None
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc!r}") from None
-    return decode_request(
+    dropped = bounded.dropped
+    del body, bounded  # the parsed message is what decoding needs from here
+    batch = decode_request(
         message,
         project_header=project_header,
         max_value_bytes=max_value_bytes,
         max_value_depth=max_value_depth,
         max_spans=max_spans,
+        group_by_conversation=group_by_conversation,
     )
+    if not dropped:
+        return batch
+    # Events, links and attributes cut from over-full spans count with the values cut.
+    return replace(batch, truncated_values=batch.truncated_values + dropped)
 
 
 def decode_json(
@@ -224,14 +247,16 @@ def decode_json(
     max_value_bytes: int = MAX_VALUE_BYTES,
     max_value_depth: int = MAX_VALUE_DEPTH,
     max_spans: int | None = None,
+    group_by_conversation: bool = False,
 ) -> DecodedBatch:
     """Decode an OTLP/JSON `ExportTraceServiceRequest` (hex ids, camelCase, int64 as strings)."""
     return decode_request(
-        parse_request_json(body),
+        parse_request_json(body, max_spans=max_spans),
         project_header=project_header,
         max_value_bytes=max_value_bytes,
         max_value_depth=max_value_depth,
         max_spans=max_spans,
+        group_by_conversation=group_by_conversation,
     )
 
 
@@ -242,6 +267,7 @@ def decode_request(
     max_value_bytes: int = MAX_VALUE_BYTES,
     max_value_depth: int = MAX_VALUE_DEPTH,
     max_spans: int | None = None,
+    group_by_conversation: bool = False,
 ) -> DecodedBatch:
     """Turn a parsed request (from any transport) into `SpanRecord`s plus rejection counts.
 
@@ -252,6 +278,9 @@ def decode_request(
     and marked `…[truncated N bytes]`, names and keys likewise at `MAX_NAME_BYTES` and
     status messages at `MAX_MESSAGE_BYTES`; arrays and kvlists nested more than
     `max_value_depth` levels deep become `NESTED_TOO_DEEP` from that level down.
+
+    Each span is stamped with its run (`SpanRecord.run_id`, by `faultfinder.reading.runs.
+    run_id_of`; `group_by_conversation` is the setting of that name).
     """
     header_project = project_header.strip() if project_header else ""
     spans: list[SpanRecord] = []
@@ -275,7 +304,14 @@ def decode_request(
                         reasons[problem] = reasons.get(problem, 0) + 1
                         continue
                     spans.append(
-                        _span_record(span, resource_attributes, scope_name, project, limits)
+                        _span_record(
+                            span,
+                            resource_attributes,
+                            scope_name,
+                            project,
+                            limits,
+                            group_by_conversation=group_by_conversation,
+                        )
                     )
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid ExportTraceServiceRequest: {exc!r}") from None
@@ -332,6 +368,8 @@ def _span_record(
     scope_name: str,
     project: str,
     limits: _ValueLimits,
+    *,
+    group_by_conversation: bool,
 ) -> SpanRecord:
     # An all-zero parent is how some exporters spell "no parent".
     parent_id = span.parent_span_id
@@ -344,8 +382,11 @@ def _span_record(
         status = StatusCode(span_status.code)
     except ValueError:  # proto3 enums are open: unknown codes say nothing useful
         status = StatusCode.UNSET
+    trace_id = span.trace_id.hex()
+    attributes = _attributes(span.attributes, limits)
+    limits.truncated += bound_identities(attributes)
     return SpanRecord(
-        trace_id=span.trace_id.hex(),
+        trace_id=trace_id,
         span_id=span.span_id.hex(),
         parent_span_id=parent,
         name=limits.capped(span.name, MAX_NAME_BYTES),
@@ -355,7 +396,7 @@ def _span_record(
         parent_remote=parent_remote,
         status_code=status,
         status_message=limits.capped(span_status.message, MAX_MESSAGE_BYTES),
-        attributes=_attributes(span.attributes, limits),
+        attributes=attributes,
         events=tuple(
             SpanEvent(
                 limits.capped(event.name, MAX_NAME_BYTES),
@@ -369,6 +410,7 @@ def _span_record(
         resource_attributes=resource_attributes,
         scope_name=scope_name,
         project=project,
+        run_id=run_id_of(trace_id, attributes, group_by_conversation=group_by_conversation),
     )
 
 

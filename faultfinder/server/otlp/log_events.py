@@ -7,12 +7,12 @@ belongs to, rather than on the span. `POST /v1/logs` reads them so that such a c
 not a blank step.
 
 The log records of one span in one request become one *carrier* span: a child of that
-span holding the records as its events (`events.py` reads them as messages), marked
-`faultfinder.log_events`, lasting no time and opening no run of its own. The assembler
-puts a carrier's events on its span and drops the carrier (`assembler.
-_log_events_on_their_spans`). A carrier's id is derived from what it carries, so a
-request sent again is stored once. Records that name no span, or whose event is not a
-GenAI one (a service's other logs), are not kept.
+span holding the records as its events (`faultfinder/reading/events.py` reads them as
+messages), marked `faultfinder.log_events`, lasting no time and opening no run of its
+own. The assembler puts a carrier's events on its span and drops the carrier
+(`faultfinder/reading/assembler.py`, `_log_events_on_their_spans`). A carrier's id is
+derived from what it carries, so a request sent again is stored once. Records that name
+no span, or whose event is not a GenAI one (a service's other logs), are not kept.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from faultfinder import conventions as c
+from faultfinder.reading.model import AttributeValue, SpanEvent, SpanRecord
 from faultfinder.server.errors import DecodeError, TooManySpansError
 from faultfinder.server.otlp.decode import (
     MAX_NAME_BYTES,
@@ -35,8 +36,8 @@ from faultfinder.server.otlp.decode import (
     value_limits,
     value_of,
 )
-from faultfinder.server.otlp.model import AttributeValue, SpanEvent, SpanRecord
 from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_logs_request_json
+from faultfinder.server.otlp.wire_limits import count_log_records
 
 __all__ = ["decode_logs_json", "decode_logs_protobuf", "decode_logs_request"]
 
@@ -49,7 +50,9 @@ older OpenTelemetry SDKs)."""
 def decode_logs_protobuf(
     body: bytes, *, project_header: str | None = None, max_records: int | None = None
 ) -> DecodedBatch:
-    """Decode a binary protobuf `ExportLogsServiceRequest` into carrier spans."""
+    """Decode a binary protobuf `ExportLogsServiceRequest` into carrier spans (its records
+    counted on the wire first: `wire_limits.count_log_records`)."""
+    count_log_records(body, max_records=max_records)
     try:
         message = ExportLogsServiceRequest.FromString(body)
     except ProtobufDecodeError as exc:
@@ -170,4 +173,8 @@ def _carrier(
         resource_attributes=resource_attributes,
         scope_name=scope_name,
         project=project,
+        # A log record names its span by trace and span id only, none of the attributes
+        # that key a run otherwise: its carrier is its trace's, whatever the grouping (the
+        # store finds it there: `faultfinder/server/store/spans.py`).
+        run_id=trace_id.hex(),
     )

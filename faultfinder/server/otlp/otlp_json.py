@@ -20,7 +20,13 @@ from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from faultfinder.server.errors import DecodeError
+from faultfinder.server.errors import DecodeError, TooManySpansError
+from faultfinder.server.otlp.wire_limits import (
+    MAX_ATTRIBUTES_PER_SPAN,
+    MAX_EVENTS_PER_SPAN,
+    MAX_FIELDS_PER_REQUEST,
+    MAX_LINKS_PER_SPAN,
+)
 
 __all__ = ["UNDECODABLE", "parse_logs_request_json", "parse_request_json", "request_to_otlp_json"]
 
@@ -53,14 +59,54 @@ def request_to_otlp_json(request: ExportTraceServiceRequest) -> bytes:
     return orjson.dumps(document)
 
 
-def parse_request_json(body: bytes) -> ExportTraceServiceRequest:
+def parse_request_json(body: bytes, *, max_spans: int | None = None) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON trace request; unknown fields are ignored (forward compatibility).
 
+    Bounded before protobuf's (slow, pure Python) JSON parser sees it: a body of more
+    than `MAX_FIELDS_PER_REQUEST` objects is refused unparsed, one of more than
+    `max_spans` spans once read, and each span keeps its first events, links and
+    attributes as `wire_limits.py` says (the others counted as dropped).
     Raises DecodeError, saying where, for anything that is not an OTLP/JSON request.
     """
+    objects = body.count(b"{")  # at least one per object: a cheap bound before reading
+    if objects > MAX_FIELDS_PER_REQUEST:
+        raise TooManySpansError(objects, MAX_FIELDS_PER_REQUEST, counted="JSON objects")
     message = ExportTraceServiceRequest()
-    _parse_json(body, message, _id_holders)
+    _parse_json(body, message, _id_holders, bound=lambda doc: _bound_spans(doc, max_spans))
     return message
+
+
+_JSON_CAPS = (
+    ("attributes", ("droppedAttributesCount", "dropped_attributes_count")),
+    ("events", ("droppedEventsCount", "dropped_events_count")),
+    ("links", ("droppedLinksCount", "dropped_links_count")),
+)
+"""A span's capped lists, and the keys (camelCase first) counting what was dropped."""
+
+
+def _bound_spans(document: dict[str, Any], max_spans: int | None) -> None:
+    """Refuse a document of more than `max_spans` spans; cut over-full spans."""
+    spans = [
+        span
+        for resource_spans in _items(document, "resourceSpans", "resource_spans")
+        for scope_spans in _items(resource_spans, "scopeSpans", "scope_spans")
+        for span in _items(scope_spans, "spans")
+    ]
+    if max_spans is not None and len(spans) > max_spans:
+        raise TooManySpansError(len(spans), max_spans)
+    caps = {"attributes": MAX_ATTRIBUTES_PER_SPAN, "events": MAX_EVENTS_PER_SPAN}
+    caps["links"] = MAX_LINKS_PER_SPAN
+    for span in spans:
+        if not isinstance(span, dict):
+            continue
+        for key, dropped_keys in _JSON_CAPS:
+            items = span.get(key)
+            if not isinstance(items, list) or len(items) <= caps[key]:
+                continue
+            before = next((span.pop(k) for k in dropped_keys if k in span), 0)
+            span[key] = items[: caps[key]]
+            earlier = before if isinstance(before, int) else 0
+            span[dropped_keys[0]] = earlier + len(items) - caps[key]
 
 
 def parse_logs_request_json(body: bytes) -> ExportLogsServiceRequest:
@@ -74,6 +120,7 @@ def _parse_json(
     body: bytes,
     message: Message,
     holders: Callable[[dict[str, Any]], Iterator[tuple[dict[str, Any], str]]],
+    bound: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Fill `message` from an OTLP/JSON `body`, the hex ids of `holders(document)` first
     rewritten as protobuf's JSON mapping expects them."""
@@ -87,6 +134,8 @@ def _parse_json(
         raise DecodeError(
             f"invalid OTLP/JSON: expected an object at the top level, got {type(document).__name__}"
         )
+    if bound is not None:
+        bound(document)
     for holder, where in holders(document):
         _hex_ids_to_base64(holder, where)
     try:

@@ -8,10 +8,11 @@ decoder as bytes; its spans come back as plain tuples (cheaper to unpickle than 
 frozen dataclasses) and are rebuilt here, so the serving process spends about a fifth
 of the decoding's CPU on each span (`reports/ingest.md`).
 
-Small bodies are decoded in place: below `POOL_MIN_BYTES` the round trip costs more
-than it saves. A decoder that dies (killed, out of memory) breaks the pool; the request
-it was decoding is decoded in place and the pool is started again, so a lost process
-never loses a request or stops ingest.
+Small uncompressed bodies are decoded in place: below `POOL_MIN_BYTES` the round trip
+costs more than it saves. Without decoder processes (`--processes 1`) the others are
+decoded in a thread, never on the event loop. A decoder that dies (killed, out of
+memory) breaks the pool; the request it was decoding is decoded in place and the pool
+is started again, so a lost process never loses a request or stops ingest.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import dataclasses
 import logging
 import multiprocessing
 import signal
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from faultfinder.reading.model import SpanEvent, SpanRecord, StatusCode
 from faultfinder.server.otlp.decode import (
     DecodedBatch,
     decode_json,
@@ -33,15 +35,22 @@ from faultfinder.server.otlp.decode import (
     decompress,
 )
 from faultfinder.server.otlp.log_events import decode_logs_json, decode_logs_protobuf
-from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
 
 __all__ = ["POOL_MIN_BYTES", "BodyDecoder", "DecodeRequest", "decode_body"]
 
 log = logging.getLogger(__name__)
 
 POOL_MIN_BYTES = 16 * 1024
-"""Bodies smaller than this are decoded in the serving process (a few spans: sending
-them to a decoder and back costs more than decoding them)."""
+"""Uncompressed bodies smaller than this are decoded on the event loop (a few spans:
+sending them to a decoder, or a thread, and back costs more than decoding them). A
+compressed body never is: a few hundred bytes may inflate to the decompressed limit."""
+
+_PLAIN = (None, "", "identity")
+"""Content-Encodings of a body that is what it says it is."""
+
+_IN_PLACE_DECODERS = 2
+"""Threads decoding the larger bodies when there are no decoder processes: off the event
+loop, and no more at once than the memory of a few largest requests allows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,8 @@ class DecodeRequest:
     logs: bool = False
     """An `ExportLogsServiceRequest` (`/v1/logs`): its GenAI events become carrier spans
     (`log_events.py`); `max_spans` caps its log records."""
+    group_by_conversation: bool = False
+    """The setting of that name: which run each decoded span is stamped with."""
 
 
 def decode_body(request: DecodeRequest) -> DecodedBatch:
@@ -70,7 +81,12 @@ def decode_body(request: DecodeRequest) -> DecodedBatch:
             raw, project_header=request.project_header, max_records=request.max_spans
         )
     decode = decode_json if request.as_json else decode_protobuf
-    return decode(raw, project_header=request.project_header, max_spans=request.max_spans)
+    return decode(
+        raw,
+        project_header=request.project_header,
+        max_spans=request.max_spans,
+        group_by_conversation=request.group_by_conversation,
+    )
 
 
 _Wire = tuple[list[tuple[Any, ...]], int, str, dict[str, int], int]
@@ -134,6 +150,7 @@ class BodyDecoder:
         self._pool: ProcessPoolExecutor | None = None
         self.restarts = 0
         """Times a broken pool (a decoder died) was replaced."""
+        self._threads = ThreadPoolExecutor(_IN_PLACE_DECODERS, thread_name_prefix="otlp-decode")
 
     def _new_pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
@@ -163,6 +180,7 @@ class BodyDecoder:
         )
 
     async def aclose(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
         pool, self._pool = self._pool, None
         if pool is not None:
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
@@ -171,8 +189,13 @@ class BodyDecoder:
         """`decode_body(request)`, in a decoder process when there are any and the body
         is large enough to be worth it."""
         pool = self._pool
-        if pool is None or len(request.body) < POOL_MIN_BYTES:
+        if len(request.body) < POOL_MIN_BYTES and request.content_encoding in _PLAIN:
             return decode_body(request)
+        if pool is None:
+            # Off the event loop, so that /healthz and the other exports are answered
+            # meanwhile; at most `_IN_PLACE_DECODERS` at once.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._threads, decode_body, request)
         loop = asyncio.get_running_loop()
         try:
             wire = await loop.run_in_executor(pool, _decode_to_wire, request)

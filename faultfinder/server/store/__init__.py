@@ -1,15 +1,22 @@
 """The database, and the only code that runs SQL against it.
 
-Each table has one owner here: `SpanStore` (spans, runs, attributions), `JobQueue`
-(jobs), `LabelStore` (labels), `AlarmStore` (alarms) and `BenchHistory` (the nightly
-benchmark's bench_runs and bench_history). The queue stores the
-attribution that settles a job with the same statement the span store uses
-(`attributions.insert_attribution`). The rest of the sidecar, the benchmarks and the
-command line call these methods; none of them writes SQL of its own.
+Each table has one owner here, the only class that writes it:
+
+    SpanStore      spans, runs (their status too) and attributions
+    JobQueue       jobs
+    LabelStore     labels
+    AlarmStore     alarms
+    BenchHistory   the nightly benchmark's bench_runs and bench_history
+
+Settling a job and storing its attribution is one transaction: `JobQueue` writes the job
+and hands its connection to the span store's `record_attribution` (wired by
+`faultfinder/server/composition.py`), which inserts the attribution and moves the run to
+`attributed`. The rest of the sidecar, the evaluation, the drills and the command line call these
+methods; none of them writes SQL of its own.
 """
 
 from faultfinder.server.db.models import JobStatus, RunOutcome, RunStatus
-from faultfinder.server.store.alarms import AlarmStore, StoredAlarm
+from faultfinder.server.store.alarms import AlarmStore
 from faultfinder.server.store.bench import (
     BenchEntry,
     BenchHistory,
@@ -17,6 +24,7 @@ from faultfinder.server.store.bench import (
     BenchVerdict,
     UnknownBenchEntryError,
 )
+from faultfinder.server.store.contents import StoredContents
 from faultfinder.server.store.jobs import AUTO, Job, JobQueue
 from faultfinder.server.store.labels import Label, LabelStore
 from faultfinder.server.store.rows import InvalidCursorError, RunRow, UnknownRunError
@@ -41,7 +49,7 @@ __all__ = [
     "RunRow",
     "RunStatus",
     "SpanStore",
-    "StoredAlarm",
+    "StoredContents",
     "UnknownBenchEntryError",
     "UnknownRunError",
 ]

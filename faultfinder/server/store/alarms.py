@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,23 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from faultfinder.attributors.auditor import Alarm
 from faultfinder.server.store.tables import ALARMS, insert_for, now_ns
 
-__all__ = ["AlarmStore", "StoredAlarm"]
-
-
-@dataclass(frozen=True)
-class StoredAlarm:
-    run_id: str
-    step: int
-    agent: str
-    score: float
-    threshold: float
-    steps_seen: int
-    created_at: float
-    """Unix seconds."""
-    reason: str | None = None
+__all__ = ["AlarmStore"]
 
 
 class AlarmStore:
+    """The alarms table, rows to and from the domain's `Alarm` (its `created_at` is the
+    row's, in Unix seconds)."""
+
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._insert = insert_for(engine)
@@ -62,22 +51,22 @@ class AlarmStore:
             stored = {row.run_id for row in await conn.execute(statement)}
         return [alarm for alarm in alarms if alarm.run_id in stored]
 
-    async def for_runs(self, run_ids: list[str]) -> dict[str, StoredAlarm]:
+    async def for_runs(self, run_ids: list[str]) -> dict[str, Alarm]:
         if not run_ids:
             return {}
         async with self._engine.connect() as conn:
             rows = await conn.execute(select(ALARMS).where(ALARMS.c.run_id.in_(run_ids)))
-            return {row.run_id: _stored(row) for row in rows}
+            return {row.run_id: _alarm(row) for row in rows}
 
-    async def recent(self, limit: int = 100) -> list[StoredAlarm]:
+    async def recent(self, limit: int = 100) -> list[Alarm]:
         async with self._engine.connect() as conn:
             rows = await conn.execute(select(ALARMS).order_by(ALARMS.c.id.desc()).limit(limit))
-            return [_stored(row) for row in rows]
+            return [_alarm(row) for row in rows]
 
 
-def _stored(row: object) -> StoredAlarm:
+def _alarm(row: object) -> Alarm:
     mapping = row._mapping  # type: ignore[attr-defined]
-    return StoredAlarm(
+    return Alarm(
         run_id=mapping["run_id"],
         step=mapping["step"],
         agent=mapping["agent"],
@@ -85,5 +74,5 @@ def _stored(row: object) -> StoredAlarm:
         threshold=mapping["threshold"],
         steps_seen=mapping["steps_seen"],
         created_at=mapping["created_at"] / 1e9,
-        reason=mapping["reason"],
+        reason=mapping["reason"] or "",  # alarms stored before reasons were have none
     )

@@ -7,10 +7,11 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from faultfinder.attributors.failure_modes import answer_mode
 from faultfinder.attributors.model import Attribution
 from faultfinder.server.store.tables import ATTRIBUTIONS
 
-__all__ = ["insert_attribution", "ok_attributions"]
+__all__ = ["insert_attribution", "ok_attribution_modes", "ok_attributions"]
 
 
 async def insert_attribution(
@@ -51,3 +52,25 @@ async def ok_attributions(
     async with engine.connect() as conn:
         rows = await conn.execute(statement.order_by(ATTRIBUTIONS.c.id))
         return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
+
+async def ok_attribution_modes(
+    engine: AsyncEngine, *, since_ns: int | None = None
+) -> list[tuple[str, str, str | None, int]]:
+    """(run id, agent, failure mode or None, created_at) of every ok attribution, oldest
+    first; the mode read from the stored answer (derived from its evidence when it was
+    stored without one)."""
+    statement = select(
+        ATTRIBUTIONS.c.run_id,
+        ATTRIBUTIONS.c.agent,
+        ATTRIBUTIONS.c.payload,
+        ATTRIBUTIONS.c.created_at,
+    ).where(ATTRIBUTIONS.c.status == "ok")
+    if since_ns is not None:
+        statement = statement.where(ATTRIBUTIONS.c.created_at >= since_ns)
+    async with engine.connect() as conn:
+        rows = await conn.execute(statement.order_by(ATTRIBUTIONS.c.id))
+        return [
+            (row[0], row[1], answer_mode(row[2]) if isinstance(row[2], dict) else None, row[3])
+            for row in rows
+        ]

@@ -14,13 +14,10 @@ from sqlalchemy import Row, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.server.db.models import BenchVerdict
+from faultfinder.server.errors import UnknownBenchEntryError
 from faultfinder.server.store.tables import BENCH_HISTORY, BENCH_RUNS, insert_for, now_ns
 
 __all__ = ["BenchEntry", "BenchHistory", "BenchRun", "BenchVerdict", "UnknownBenchEntryError"]
-
-
-class UnknownBenchEntryError(LookupError):
-    """No history entry has the given id."""
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,22 @@ its last error; nothing is dropped silently.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Update, and_, exists, func, not_, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faultfinder.attributors.model import Attribution, AttributionStatus
 from faultfinder.server.db.models import JobStatus, RunStatus
-from faultfinder.server.store.attributions import insert_attribution
+from faultfinder.server.store.contents import job_census
 from faultfinder.server.store.tables import JOBS, RUNS, insert_for, now_ns
+
+RecordAttribution = Callable[[AsyncConnection, str, Attribution, int], Awaitable[int]]
+"""Stores a run's attribution on a connection, in the transaction that settles its job, and
+moves the run on (`SpanStore.record_attribution`, the owner of runs and attributions):
+(connection, run id, attribution, now in ns) -> the attribution's id."""
 
 AUTO = "auto"
 """Trigger of the jobs the lifecycle enqueues for a failed run (once per attributor)."""
@@ -66,23 +71,33 @@ class Job:
 
 
 class JobQueue:
-    """Enqueue, claim, renew, finish and retry attribution jobs."""
+    """Enqueue, claim, renew, finish and retry attribution jobs.
+
+    The queue owns the jobs table only: a run job's attribution is stored, and its run
+    moved on, by `record_attribution` (the span store's), in the queue's transaction.
+    """
 
     def __init__(
         self,
         engine: AsyncEngine,
         *,
+        record_attribution: RecordAttribution,
         max_attempts: int = 3,
         backoff_s: float = 2.0,
         backoff_max_s: float = 300.0,
     ) -> None:
         self._engine = engine
+        self._record_attribution = record_attribution
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
         self._backoff_max_s = backoff_max_s
         self._postgres = engine.dialect.name == "postgresql"
         self._insert: Any = insert_for(engine)
         self._listeners: list[Callable[[], None]] = []
+
+    async def job_census(self) -> list[tuple[str | None, str, str, int]]:
+        """(run id, attributor, status, attempts) of every job (the chaos drills' check)."""
+        return await job_census(self._engine)
 
     def on_enqueue(self, listener: Callable[[], None]) -> None:
         """Call `listener` after each commit that queued jobs through this queue, so a
@@ -157,8 +172,21 @@ class JobQueue:
             self._queued()
         return queued
 
-    async def claim(self, worker: str, *, lease_s: float) -> Job | None:
-        """Take the oldest due queued job, leased to `worker`; None when there is none."""
+    async def claim(
+        self,
+        worker: str,
+        *,
+        lease_s: float,
+        only: Collection[str] | None = None,
+        excluding: Collection[str] = (),
+    ) -> Job | None:
+        """Take the oldest due queued job, leased to `worker`; None when there is none.
+
+        `only` and `excluding` restrict the claim to the jobs of those attributors, or of
+        the others: a worker's lanes, so that a job waiting for a slow model never keeps a
+        zero-LLM one from starting."""
+        if only is not None and not only:
+            return None
         now = now_ns()
         due = (
             select(JOBS.c.id)
@@ -166,6 +194,10 @@ class JobQueue:
             .order_by(JOBS.c.not_before, JOBS.c.id)
             .limit(1)
         )
+        if only is not None:
+            due = due.where(JOBS.c.attributor.in_(sorted(only)))
+        if excluding:
+            due = due.where(JOBS.c.attributor.not_in(sorted(excluding)))
         if self._postgres:
             due = due.with_for_update(skip_locked=True)
         async with self._engine.begin() as conn:
@@ -228,17 +260,7 @@ class JobQueue:
                 return False
             attribution_id: int | None = None
             if job.run_id is not None:
-                attribution_id = await insert_attribution(conn, job.run_id, attribution, now=now)
-                if ok:
-                    await conn.execute(
-                        update(RUNS)
-                        .where(RUNS.c.id == job.run_id, RUNS.c.status == RunStatus.FAILED.value)
-                        .values(
-                            status=RunStatus.ATTRIBUTED.value,
-                            updated_at=now,
-                            version=RUNS.c.version + 1,
-                        )
-                    )
+                attribution_id = await self._record_attribution(conn, job.run_id, attribution, now)
             else:
                 # Ad-hoc trajectories have no run: the attribution travels in the job.
                 payload = {

@@ -12,8 +12,9 @@ from typing import Any
 import orjson
 from sqlalchemy import Row
 
+from faultfinder.reading.model import SpanEvent, SpanRecord, StatusCode
 from faultfinder.server.db.engine import dumps_json
-from faultfinder.server.otlp.model import SpanEvent, SpanRecord, StatusCode
+from faultfinder.server.errors import InvalidCursorError, UnknownRunError
 from faultfinder.server.store.tables import clean
 
 __all__ = [
@@ -26,14 +27,6 @@ __all__ = [
     "span_record",
     "span_row",
 ]
-
-
-class InvalidCursorError(ValueError):
-    """A `cursor` passed to `list_runs` is not one it returned."""
-
-
-class UnknownRunError(LookupError):
-    """No run with the given id is stored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +181,7 @@ def span_record(row: Row[Any]) -> SpanRecord:
         resource_attributes=row.resource_attributes,
         scope_name=row.scope_name,
         project=row.project,
+        run_id=row.run_id,
     )
 
 

@@ -7,12 +7,12 @@ apply those rules to a page of runs at a time without reading them into Python.
 from __future__ import annotations
 
 from sqlalchemy import ColumnElement, and_, case, false, func, not_, or_, select, true, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from faultfinder.server.db.models import RunOutcome, RunStatus
 from faultfinder.server.store.tables import RUNS
 
-__all__ = ["finish_checked", "mark_recovered", "settle_due"]
+__all__ = ["finish_checked", "mark_attributed", "mark_recovered", "settle_due"]
 
 
 async def settle_due(
@@ -27,7 +27,8 @@ async def settle_due(
     """Apply the lifecycle rules (`lifecycle.decide`) to one page of runs, in the
     database, in one short transaction.
 
-    Finishes up to `limit` `running` runs that are due (an outcome was posted, or no
+    Finishes up to `limit` `running` runs that are due (an outcome was posted, or the
+    run declared itself failed (`lifecycle.declared_failed`), or no
     new span since `quiet_since` (Unix ns) and no open root span; a run awaiting its
     root (`lifecycle.awaits_root`) at `quiet_since` only if it failed, else at
     `unfinished_since`, then marked `unfinished`), oldest activity first, as `failed`
@@ -175,13 +176,24 @@ async def mark_recovered(engine: AsyncEngine, run_id: str, *, last_span_received
         await conn.execute(statement)
 
 
+async def mark_attributed(conn: AsyncConnection, run_id: str, *, now: int) -> None:
+    """Move a `failed` run to `attributed` on `conn` (in the caller's transaction); a run
+    in any other status keeps it."""
+    await conn.execute(
+        update(RUNS)
+        .where(RUNS.c.id == run_id, RUNS.c.status == RunStatus.FAILED.value)
+        .values(status=RunStatus.ATTRIBUTED.value, updated_at=now, version=RUNS.c.version + 1)
+    )
+
+
 def _awaits_root() -> ColumnElement[bool]:
     """`lifecycle.awaits_root`: no root yet, and the spans say it is in their process."""
     return and_(RUNS.c.root_span_id.is_(None), RUNS.c.local_parent == true())
 
 
 def _finished(quiet_since: int, unfinished_since: int) -> ColumnElement[bool]:
-    """A running run is due: an outcome was posted, or no span arrived since
+    """A running run is due: an outcome was posted, or it declared itself failed
+    (`lifecycle.declared_failed`), or no span arrived since
     `quiet_since` (Unix ns) and its root, if it has one, has ended; a run awaiting its
     root is due then only if its spans may say it failed, else once no span arrived
     since `unfinished_since`."""
@@ -204,4 +216,10 @@ def _finished(quiet_since: int, unfinished_since: int) -> ColumnElement[bool]:
         and_(quiet, _awaits_root(), may_have_failed),
         and_(_awaits_root(), RUNS.c.last_span_received_at <= unfinished_since),
         RUNS.c.outcome_posted_at.is_not(None),
+        # `lifecycle.declared_failed`: the root ended in ERROR with a `failure` outcome.
+        and_(
+            RUNS.c.root_ended_at > 0,
+            RUNS.c.root_error == true(),
+            RUNS.c.outcome == RunOutcome.FAILURE.value,
+        ),
     )

@@ -5,7 +5,9 @@ wins (exporters resend identical spans on retry, and "ignore" keeps each write o
 cheap bulk insert). Every write call is one transaction that stores the new spans and
 updates each touched run exactly once; run aggregates are merged in SQL
 (`INSERT … ON CONFLICT DO UPDATE`), so concurrent writers — several replicas on one
-PostgreSQL — never lose an update.
+PostgreSQL — never lose an update. Each span is filed under the run the decoder stamped
+on it (`SpanRecord.run_id`). The write path is `span_writes.py`'s, the listing queries
+`run_listing.py`'s.
 
 Run rules kept here (the lifecycle in `faultfinder/server/lifecycle.py` decides status changes):
 
@@ -19,68 +21,49 @@ Run rules kept here (the lifecycle in `faultfinder/server/lifecycle.py` decides 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
-from sqlalchemy import Select, and_, exists, func, or_, select, update
-from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from faultfinder import conventions as c
-from faultfinder.attributors.model import Attribution
-from faultfinder.server.db.engine import dumps_json
+from faultfinder.attributors.model import Attribution, AttributionStatus
+from faultfinder.reading.model import SpanRecord
 from faultfinder.server.db.models import RunOutcome, RunStatus
-from faultfinder.server.otlp.mapping import RunFacts, is_log_events_carrier, run_facts
-from faultfinder.server.otlp.model import SpanRecord
-from faultfinder.server.store import settle
-from faultfinder.server.store.attributions import insert_attribution, ok_attributions
+from faultfinder.server.store import contents, settle
+from faultfinder.server.store.attributions import (
+    insert_attribution,
+    ok_attribution_modes,
+    ok_attributions,
+)
 from faultfinder.server.store.read_threads import SqliteReadThreads
 from faultfinder.server.store.rows import (
-    SPAN_ROW_COLUMNS,
     RunRow,
     UnknownRunError,
-    decode_cursor,
-    encode_cursor,
     span_record,
-    span_row,
 )
+from faultfinder.server.store.run_listing import (
+    attributions_of_runs,
+    carriers_of_their_traces,
+    listing,
+    page_of,
+    start_order,
+)
+from faultfinder.server.store.span_writes import SpanWrites
 from faultfinder.server.store.tables import (
     ATTRIBUTIONS,
     RUNS,
     SPANS,
-    clean,
     clean_text,
-    insert_for,
     now_ns,
 )
-from faultfinder.server.store.write_thread import SqliteWriteThread, file_database
-from faultfinder.server.store.writes import RunDelta, known_outcome, runs_upsert
+from faultfinder.server.store.write_thread import file_database
 
 __all__ = ["SpanStore"]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class _Batch:
-    """The span rows of one write, in key order, and what their runs need."""
-
-    rows: list[tuple[Any, ...]]
-    keys: list[tuple[str, str]]
-    first_copy: dict[tuple[str, str], SpanRecord]
-    facts: dict[tuple[str, str], RunFacts]
-    now: int
-
-
-class _SomeStoredAlready(Exception):
-    """Rolls back a write that found spans already stored (`SpanStore._insert_counting`)."""
-
-
-_MAX_SPAN_PARAMETERS = 30_000
-"""Bound parameters in one span INSERT: below SQLite's (32,766) and PostgreSQL's (32,767)
-limits."""
 
 
 class SpanStore:
@@ -90,39 +73,18 @@ class SpanStore:
         self,
         engine: AsyncEngine,
         *,
-        group_by_conversation: bool = False,
         max_spans_per_run: int | None = None,
     ) -> None:
         self._engine = engine
-        self._group_by_conversation = group_by_conversation
         self.max_spans_per_run = max_spans_per_run
         """Most spans read of one run (its earliest); None reads them all."""
-        insert = insert_for(engine)
-        least: Any
-        greatest: Any
-        if engine.dialect.name == "sqlite":
-            least, greatest = func.min, func.max  # SQLite's scalar min()/max() of two values
-        else:
-            least, greatest = func.least, func.greatest
-        if set(SPAN_ROW_COLUMNS) != set(SPANS.c.keys()):
-            raise RuntimeError("span_row's columns no longer match the spans table")
         dialect = engine.dialect
-        most_rows = _MAX_SPAN_PARAMETERS // len(SPAN_ROW_COLUMNS)
-        self._span_page_rows = max(1, min(dialect.insertmanyvalues_page_size, most_rows))
-        self._numbered_parameters = dialect.paramstyle == "numeric_dollar"
-        if not self._numbered_parameters and dialect.paramstyle != "qmark":
-            raise ValueError(f"unsupported parameter style {dialect.paramstyle!r}")
-        self._span_inserts: dict[tuple[int, bool], str] = {}
-        self._count_new_rows = dialect.name == "sqlite"
-        """Whether `write_spans` first tries the insert that counts new rows instead of
-        returning them (SQLite; PostgreSQL returns all rows of a statement at once)."""
         self._sqlite_file = file_database(engine.url) if dialect.name == "sqlite" else None
         """The SQLite database file whose span writes go through `SqliteWriteThread`
         (started at the first write) and whose reads go through `SqliteReadThreads` (from
         the first read); None on PostgreSQL and for an in-memory database."""
-        self._write_thread: SqliteWriteThread | None = None
+        self._writes = SpanWrites(engine, self._sqlite_file)
         self._reads: SqliteReadThreads | None = None
-        self._upsert_runs = runs_upsert(insert(RUNS), least, greatest)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -138,156 +100,14 @@ class SpanStore:
         Spans already stored (same trace and span id) are ignored, also within `spans`.
         `received_at` (Unix seconds) overrides the wall clock recorded for the write.
         """
-        if not spans:
-            return 0
-        now = now_ns() if received_at is None else int(received_at * 1e9)
-        rows: dict[tuple[str, str], tuple[Any, ...]] = {}
-        first_copy: dict[tuple[str, str], SpanRecord] = {}
-        facts: dict[tuple[str, str], RunFacts] = {}
-        # Spans decoded from one resource share its attributes: serialise them once.
-        resources: dict[int, tuple[object, str]] = {}
-        for span in spans:
-            key = (span.trace_id, span.span_id)
-            if key in rows:
-                continue
-            span_facts = run_facts(span, group_by_conversation=self._group_by_conversation)
-            resource = span.resource_attributes
-            known = resources.get(id(resource))
-            if known is None:
-                known = resources[id(resource)] = (resource, dumps_json(resource))
-            rows[key] = span_row(span, span_facts.run_id, now, known[1])
-            first_copy[key] = span
-            facts[key] = span_facts
-        # Sorted keys give concurrent PostgreSQL writers one lock order (no deadlocks).
-        keys = sorted(rows)
-        batch = _Batch([rows[key] for key in keys], keys, first_copy, facts, now)
-        if self._count_new_rows:
-            if self._write_thread is None and self._sqlite_file is not None:
-                self._write_thread = SqliteWriteThread(self._engine, self._sqlite_file)
-            if self._write_thread is not None:
-                return await self._write_thread.run(self._write_in_thread, batch)
-            try:
-                async with self._engine.begin() as conn:
-                    return await conn.run_sync(self._insert_counting, batch)
-            except _SomeStoredAlready:
-                pass
-        async with self._engine.begin() as conn:
-            return await conn.run_sync(self._insert_returning, batch)
+        return await self._writes.write(spans, received_at=received_at)
 
     async def aclose(self) -> None:
         """Stop the SQLite write and read threads, if started (the engine is the caller's)."""
-        write_thread, self._write_thread = self._write_thread, None
-        if write_thread is not None:
-            await asyncio.to_thread(write_thread.close)
+        await self._writes.aclose()
         reads, self._reads = self._reads, None
         if reads is not None:
             await asyncio.to_thread(reads.close)
-
-    def _write_in_thread(self, batch: _Batch) -> int:
-        """SQLite, in the write thread: `_insert_counting`, else `_insert_returning`."""
-        assert self._write_thread is not None
-        engine = self._write_thread.engine
-        try:
-            with engine.begin() as conn:
-                return self._insert_counting(conn, batch)
-        except _SomeStoredAlready:
-            pass
-        with engine.begin() as conn:
-            return self._insert_returning(conn, batch)
-
-    def _insert_counting(self, conn: Connection, batch: _Batch) -> int:
-        """SQLite: insert the rows without RETURNING and count them; when every one was
-        new (the usual case), update their runs. Raises `_SomeStoredAlready` when some
-        were stored already (an exporter's retry): the caller rolls back and writes the
-        batch again with `_insert_returning`.
-
-        RETURNING makes SQLite hand back each row in a step of its own, and each step
-        takes the GIL back from whatever thread holds it.
-        """
-        for rows, result in self._insert_pages(conn, batch, returning=False):
-            if result.rowcount != len(rows):
-                raise _SomeStoredAlready
-        self._update_runs(conn, set(batch.keys), batch)
-        return len(batch.keys)
-
-    def _insert_returning(self, conn: Connection, batch: _Batch) -> int:
-        """Insert the rows, learning from the database which ones were new, and update
-        their runs; returns how many were new."""
-        inserted: set[tuple[str, str]] = set()
-        for _rows, result in self._insert_pages(conn, batch, returning=True):
-            keys = cast("list[Sequence[Any]]", result.all())
-            inserted.update((str(key[0]), str(key[1])) for key in keys)
-        self._update_runs(conn, inserted, batch)
-        return len(inserted)
-
-    def _insert_pages(
-        self, conn: Connection, batch: _Batch, *, returning: bool
-    ) -> Iterator[tuple[list[tuple[Any, ...]], CursorResult[Any]]]:
-        """Insert `batch` one multi-row INSERT page at a time (stored keys are skipped),
-        yielding each page's rows and result."""
-        page = self._span_page_rows
-        for start in range(0, len(batch.rows), page):
-            rows = batch.rows[start : start + page]
-            statement = self._span_insert_sql(len(rows), returning=returning)
-            parameters = tuple(value for row in rows for value in row)
-            yield rows, conn.exec_driver_sql(statement, parameters)
-
-    def _update_runs(self, conn: Connection, inserted: set[tuple[str, str]], batch: _Batch) -> None:
-        """Merge the newly stored spans into their runs (one upsert for all of them)."""
-        if not inserted:
-            return
-        deltas: dict[str, RunDelta] = {}
-        # Batch order (not key order) so "latest value wins" means latest sent.
-        for key, span in batch.first_copy.items():
-            if key not in inserted:
-                continue
-            span_facts = batch.facts[key]
-            if not span_facts.opens_run:
-                continue
-            run_id = clean(span_facts.run_id)
-            delta = deltas.get(run_id)
-            if delta is None:
-                delta = deltas[run_id] = RunDelta(
-                    id=run_id,
-                    project=clean(span.project),
-                    started_at=span.start_time_unix_nano,
-                    ended_at=span.end_time_unix_nano,
-                )
-            delta.add(
-                span,
-                is_root=span_facts.is_root,
-                outcome=known_outcome(span_facts.outcome),
-                local_parent=span_facts.local_parent,
-            )
-        if deltas:  # none when every new span only set an agent up
-            conn.execute(
-                self._upsert_runs, [deltas[run_id].row(batch.now) for run_id in sorted(deltas)]
-            )
-
-    def _span_insert_sql(self, n_rows: int, *, returning: bool) -> str:
-        """The multi-row INSERT of `n_rows` span rows (written once per size and kind)."""
-        statement = self._span_inserts.get((n_rows, returning))
-        if statement is None:
-            statement = self._span_inserts[n_rows, returning] = self._new_span_insert_sql(
-                n_rows, returning=returning
-            )
-        return statement
-
-    def _new_span_insert_sql(self, n_rows: int, *, returning: bool) -> str:
-        width = len(SPAN_ROW_COLUMNS)
-        if self._numbered_parameters:
-            groups = (
-                "(" + ",".join(f"${row * width + column + 1}" for column in range(width)) + ")"
-                for row in range(n_rows)
-            )
-        else:
-            groups = ("(" + ",".join("?" * width) + ")" for _ in range(n_rows))
-        return (
-            f"INSERT INTO {SPANS.name} ({', '.join(SPAN_ROW_COLUMNS)}) VALUES "
-            + ",".join(groups)
-            + " ON CONFLICT DO NOTHING"
-            + (" RETURNING trace_id, span_id" if returning else "")
-        )
 
     async def set_outcome(
         self,
@@ -355,6 +175,16 @@ class SpanStore:
         async with self._engine.begin() as conn:
             return (await conn.execute(statement)).first() is not None
 
+    async def record_attribution(
+        self, conn: AsyncConnection, run_id: str, attribution: Attribution, now: int
+    ) -> int:
+        """Store a run's attribution on `conn`, in the caller's transaction (the job queue's,
+        settling the job); an ok one moves the failed run to `attributed`. Returns its id."""
+        attribution_id = await insert_attribution(conn, run_id, attribution, now=now)
+        if attribution.status is AttributionStatus.OK:
+            await settle.mark_attributed(conn, run_id, now=now)
+        return attribution_id
+
     async def add_attribution(self, run_id: str, attribution: Attribution) -> int:
         """Store an attribution of a run; returns its id. Raises UnknownRunError."""
         try:
@@ -409,10 +239,10 @@ class SpanStore:
 
         def read(conn: Connection) -> list[SpanRecord]:
             spans = [span_record(row) for row in conn.execute(statement)]
-            carriers = _carriers_of_their_traces(conn, {run_id: spans}).get(run_id)
+            carriers = carriers_of_their_traces(conn, {run_id: spans}).get(run_id)
             if not carriers:
                 return spans
-            return sorted([*spans, *carriers], key=_start_order)
+            return sorted([*spans, *carriers], key=start_order)
 
         return read
 
@@ -445,7 +275,7 @@ class SpanStore:
                 held = spans.setdefault(row.run_id, [])
                 if cap is None or len(held) < cap:
                     held.append(span_record(row))
-            carriers = await conn.run_sync(lambda sync: _carriers_of_their_traces(sync, spans))
+            carriers = await conn.run_sync(lambda sync: carriers_of_their_traces(sync, spans))
         for run_id, more in carriers.items():
             spans[run_id].extend(more)
         return spans
@@ -476,7 +306,7 @@ class SpanStore:
         walk through all pages returns each run at most once and every older run once.
         Raises InvalidCursorError for a cursor this method did not return.
         """
-        statement = _listing(
+        statement = listing(
             status=status,
             project=project,
             limit=limit,
@@ -488,7 +318,7 @@ class SpanStore:
         runs = await self._read(
             lambda conn: [RunRow.from_row(row) for row in conn.execute(statement)]
         )
-        return _page(runs, limit)
+        return page_of(runs, limit)
 
     async def list_runs_with_attributions(
         self,
@@ -502,7 +332,7 @@ class SpanStore:
         until_ns: int | None = None,
     ) -> tuple[list[RunRow], str | None, dict[str, list[Attribution]]]:
         """`list_runs` and `attributions_by_run` of its page, in one read."""
-        statement = _listing(
+        statement = listing(
             status=status,
             project=project,
             limit=limit,
@@ -514,10 +344,10 @@ class SpanStore:
 
         def read(conn: Connection) -> tuple[list[RunRow], dict[str, list[Attribution]]]:
             runs = [RunRow.from_row(row) for row in conn.execute(statement)]
-            return runs, _attributions(conn, [run.id for run in runs[:limit]])
+            return runs, attributions_of_runs(conn, [run.id for run in runs[:limit]])
 
         runs, attributions = await self._read(read)
-        page, next_cursor = _page(runs, limit)
+        page, next_cursor = page_of(runs, limit)
         return page, next_cursor, attributions
 
     async def count_runs(self, *, status: str | None = None, quiet_since: int | None = None) -> int:
@@ -551,6 +381,14 @@ class SpanStore:
             count: int = (await conn.execute(select(func.count()).select_from(SPANS))).scalar_one()
         return count
 
+    async def count_run_spans(self, run_id: str) -> int:
+        """How many spans are stored for the run `run_id`."""
+        return await contents.count_run_spans(self._engine, run_id)
+
+    async def stored_contents(self) -> contents.StoredContents:
+        """Every stored span key, run status and attribution (the chaos drills' check)."""
+        return await contents.stored_contents(self._engine)
+
     async def get_attribution(self, attribution_id: int) -> Attribution | None:
         statement = select(ATTRIBUTIONS.c.payload).where(ATTRIBUTIONS.c.id == attribution_id)
         async with self._engine.connect() as conn:
@@ -566,13 +404,19 @@ class SpanStore:
         ids = list(dict.fromkeys(run_ids))
         if not ids:
             return {}
-        return await self._read(lambda conn: _attributions(conn, ids))
+        return await self._read(lambda conn: attributions_of_runs(conn, ids))
 
     async def ok_attributions(
         self, *, since_ns: int | None = None
     ) -> list[tuple[str, str, str, int, int]]:
         """(run id, method, agent, step, created_at) of every ok attribution."""
         return await ok_attributions(self._engine, since_ns=since_ns)
+
+    async def ok_attribution_modes(
+        self, *, since_ns: int | None = None
+    ) -> list[tuple[str, str, str | None, int]]:
+        """(run id, agent, failure mode, created_at) of every ok attribution."""
+        return await ok_attribution_modes(self._engine, since_ns=since_ns)
 
     # -- the lifecycle's statements (`faultfinder.server.store.settle`) ------------------
 
@@ -613,100 +457,3 @@ class SpanStore:
             unfinished_since=unfinished_since,
             now=now,
         )
-
-
-def _listing(
-    *,
-    status: str | None,
-    project: str | None,
-    limit: int,
-    cursor: str | None,
-    blamed_agent: str | None,
-    since_ns: int | None,
-    until_ns: int | None,
-) -> Select[Any]:
-    """The query of `SpanStore.list_runs`: its page and one run more (is there a next?)."""
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, not {limit}")
-    statement = select(RUNS).order_by(RUNS.c.created_at.desc(), RUNS.c.id.desc())
-    if status is not None:
-        statement = statement.where(RUNS.c.status == status)
-    if project is not None:
-        statement = statement.where(RUNS.c.project == project)
-    if blamed_agent is not None:
-        statement = statement.where(
-            exists().where(
-                ATTRIBUTIONS.c.run_id == RUNS.c.id,
-                ATTRIBUTIONS.c.status == "ok",
-                func.lower(ATTRIBUTIONS.c.agent) == blamed_agent.lower(),
-            )
-        )
-    if since_ns is not None:
-        statement = statement.where(RUNS.c.started_at >= since_ns)
-    if until_ns is not None:
-        statement = statement.where(RUNS.c.started_at < until_ns)
-    if cursor is not None:
-        created_at, run_id = decode_cursor(cursor)
-        statement = statement.where(
-            or_(
-                RUNS.c.created_at < created_at,
-                and_(RUNS.c.created_at == created_at, RUNS.c.id < run_id),
-            )
-        )
-    return statement.limit(limit + 1)
-
-
-def _page(runs: list[RunRow], limit: int) -> tuple[list[RunRow], str | None]:
-    """The page of `_listing`'s rows, and the cursor of the next (None after the last)."""
-    if len(runs) <= limit:
-        return runs, None
-    page = runs[:limit]
-    return page, encode_cursor(page[-1])
-
-
-def _attributions(conn: Connection, run_ids: Sequence[str]) -> dict[str, list[Attribution]]:
-    """Attributions of these runs, oldest first."""
-    if not run_ids:
-        return {}
-    statement = (
-        select(ATTRIBUTIONS.c.run_id, ATTRIBUTIONS.c.payload)
-        .where(ATTRIBUTIONS.c.run_id.in_(list(run_ids)))
-        .order_by(ATTRIBUTIONS.c.id)
-    )
-    found: dict[str, list[Attribution]] = {}
-    for row in conn.execute(statement):
-        found.setdefault(row.run_id, []).append(Attribution.model_validate(row.payload))
-    return found
-
-
-def _start_order(span: SpanRecord) -> tuple[int, str, str]:
-    return span.start_time_unix_nano, span.trace_id, span.span_id
-
-
-def _carriers_of_their_traces(
-    conn: Connection, spans_of_runs: dict[str, list[SpanRecord]]
-) -> dict[str, list[SpanRecord]]:
-    """The carriers of GenAI log records (`otlp/log_events.py`) that belong to runs not
-    keyed by their trace, by run.
-
-    A log record names its span by trace and span id only, with none of the attributes
-    that key a run otherwise (`faultfinder.run.id`, a conversation id), so its carrier is
-    stored under its trace. A run grouped by those attributes takes the carriers stored
-    under each of its spans' traces; the assembler keeps those whose span is in the run.
-    """
-    wanted: dict[str, set[str]] = {}
-    for run_id, spans in spans_of_runs.items():
-        for trace_id in {span.trace_id for span in spans} - {run_id}:
-            wanted.setdefault(trace_id, set()).add(run_id)
-    if not wanted:
-        return {}
-    statement = select(SPANS).where(
-        SPANS.c.run_id.in_(sorted(wanted)), SPANS.c.name == c.LOG_EVENTS_SPAN
-    )
-    found: dict[str, list[SpanRecord]] = {}
-    for row in conn.execute(statement):
-        carrier = span_record(row)
-        if is_log_events_carrier(carrier):
-            for run_id in wanted[carrier.trace_id]:
-                found.setdefault(run_id, []).append(carrier)
-    return found

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Insert, and_, case, func, null, or_
 
 from faultfinder import conventions as c
+from faultfinder.reading.model import SpanRecord, StatusCode
 from faultfinder.server.db.models import RunOutcome, RunStatus
-from faultfinder.server.otlp.model import SpanRecord, StatusCode
 from faultfinder.server.store.tables import RUNS, clean_text
 
 __all__ = ["RunDelta", "known_outcome", "runs_upsert"]

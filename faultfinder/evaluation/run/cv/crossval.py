@@ -14,7 +14,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,123 +29,29 @@ from faultfinder.attributors.learned import (
     answerable_agents,
     trajectory_group,
 )
-from faultfinder.attributors.learned.training import (
-    DEFAULT_GRID,
+from faultfinder.attributors.model import Attribution, Trajectory
+from faultfinder.datasets import BenchmarkRecord
+from faultfinder.evaluation.run.cv.folds import (
+    CVSettings,
+    FoldOutcome,
+    HeldOutRecord,
+    fold_plan,
+    framework_of,
+)
+from faultfinder.evaluation.run.cv.report import cv_table, render_cv_report
+from faultfinder.evaluation.run.cv.summary import summarise
+from faultfinder.evaluation.run.progress import attribution_progress
+from faultfinder.server.progress import table_console
+from faultfinder.training import (
     FeatureCache,
-    ModelConfig,
     TrainingOptions,
     batch_scores,
     first_alarm,
-    record_folds,
     tune_and_fit,
 )
-from faultfinder.attributors.model import Attribution, Trajectory
-from faultfinder.attributors.scoring import (
-    DEFAULT_TOLERANCES,
-    OVERALL,
-    ScoredRecord,
-    aggregate,
-    score_attribution,
-    spread,
-)
-from faultfinder.benchmarks.cv_report import cv_table, render_cv_report
-from faultfinder.benchmarks.datasets import BenchmarkRecord
-from faultfinder.benchmarks.run import attribution_progress, random_baseline
-from faultfinder.benchmarks.train import require_training_packages
+from faultfinder.training.command import require_training_packages
 
-__all__ = [
-    "CVSettings",
-    "FoldOutcome",
-    "HeldOutRecord",
-    "cross_validate",
-    "cross_validate_command",
-    "fold_plan",
-]
-
-
-@dataclass(frozen=True)
-class CVSettings:
-    """How the cross-validation runs; recorded in the summary."""
-
-    folds: int = 5
-    seeds: tuple[int, ...] = (0, 1, 2)
-    use_ground_truth: bool = True
-    grid: tuple[ModelConfig, ...] = DEFAULT_GRID
-    inner_folds: int = 3
-    alphas: tuple[float, ...] = (0.1, 0.2)
-    tolerances: tuple[int, ...] = DEFAULT_TOLERANCES
-    group_by: str = "task"
-    """`task`: k folds, a task's runs together; `framework`: one fold per framework (each
-    framework held out whole, the others trained on)."""
-    also_trained_on: str | None = None
-    """What every fold also trained on (never scored), for the summary."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "group_by": self.group_by,
-            "also_trained_on": self.also_trained_on,
-            "folds": self.folds,
-            "seeds": list(self.seeds),
-            "use_ground_truth": self.use_ground_truth,
-            "grid": [config.label() for config in self.grid],
-            "inner_folds": self.inner_folds,
-            "alphas": list(self.alphas),
-            "tolerances": list(self.tolerances),
-        }
-
-
-@dataclass(frozen=True)
-class HeldOutRecord:
-    """One record scored by a model that never saw it."""
-
-    record: BenchmarkRecord
-    seed: int
-    fold: int
-    learned: Attribution
-    first_error: Attribution
-    covered: dict[float, bool]
-    """alpha -> the prediction set holds the gold step."""
-    removed: dict[float, float]
-    """alpha -> share of the run's steps outside the prediction set."""
-    alarm_step: int | None
-    alarm_agent: str | None
-
-
-@dataclass(frozen=True)
-class FoldOutcome:
-    """What one outer fold did: which records it trained on and what it chose."""
-
-    seed: int
-    fold: int
-    train_ids: tuple[str, ...]
-    test_ids: tuple[str, ...]
-    chosen: dict[str, Any] = field(default_factory=dict)
-
-
-GROUPINGS = ("task", "framework")
-
-
-def framework_of(record: BenchmarkRecord) -> str:
-    """The framework a record's run came from (its subset when the run names none)."""
-    framework = record.trajectory.metadata.get("framework")
-    return framework if isinstance(framework, str) and framework else record.subset
-
-
-def fold_plan(
-    records: Sequence[BenchmarkRecord], k: int, seed: int, group_by: str = "task"
-) -> list[list[int]]:
-    """The outer folds (record positions) for one seed: disjoint, covering every record.
-    By `task`, k folds with a task's runs together; by `framework`, one fold per
-    framework, in name order (k and the seed do not apply)."""
-    if group_by == "framework":
-        by_framework: dict[str, list[int]] = {}
-        for position, record in enumerate(records):
-            by_framework.setdefault(framework_of(record), []).append(position)
-        return [by_framework[name] for name in sorted(by_framework)]
-    if group_by != "task":
-        raise ValueError(f"group_by must be one of {GROUPINGS}, got {group_by!r}")
-    folds: list[list[int]] = record_folds(records, k, seed)
-    return folds
+__all__ = ["cross_validate", "cross_validate_command"]
 
 
 def _withheld(trajectory: Trajectory, use_ground_truth: bool) -> Trajectory:
@@ -269,7 +174,7 @@ def cross_validate(
             if on_fold is not None:
                 on_fold(outcome)
         held_out[seed] = outcomes
-    return _summarise(records, settings, held_out, folds_done, time.perf_counter() - started)
+    return summarise(records, settings, held_out, folds_done, time.perf_counter() - started)
 
 
 def _sync(heuristic: FirstError, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
@@ -280,199 +185,6 @@ def _sync(heuristic: FirstError, trajectory: Trajectory, options: AttributeOptio
 
     return anyio.run(run)
 
-
-# --- summary ---------------------------------------------------------------------------
-
-
-def _accuracy_over_seeds(
-    per_seed: dict[int, list[ScoredRecord]],
-) -> dict[str, dict[str, Any]]:
-    aggregated = {seed: aggregate(scored) for seed, scored in per_seed.items()}
-    first = next(iter(aggregated.values()))
-    result: dict[str, dict[str, Any]] = {}
-    for subset in first:
-        accuracy: dict[str, Any] = {}
-        for metric in first[subset].accuracy:
-            values = [aggregated[seed][subset].accuracy[metric] for seed in aggregated]
-            accuracy[metric] = {**spread(values), "values": values}
-        result[subset] = {"n": first[subset].n, "accuracy": accuracy}
-    return result
-
-
-def _by_subset(outcomes: Sequence[HeldOutRecord]) -> dict[str, list[HeldOutRecord]]:
-    groups: dict[str, list[HeldOutRecord]] = {}
-    for outcome in outcomes:
-        groups.setdefault(outcome.record.subset, []).append(outcome)
-    result = {name: groups[name] for name in sorted(groups)}
-    result[OVERALL] = list(outcomes)
-    return result
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def _conformal_stats(outcomes: Sequence[HeldOutRecord], alpha: float) -> dict[str, float]:
-    usable = [o for o in outcomes if alpha in o.covered]
-    return {
-        "coverage": _mean([float(o.covered[alpha]) for o in usable]),
-        "removed": _mean([o.removed[alpha] for o in usable]),
-        "n": float(len(usable)),
-    }
-
-
-def _auditor_stats(outcomes: Sequence[HeldOutRecord], k_values: Sequence[int]) -> dict[str, float]:
-    alarmed = [o for o in outcomes if o.alarm_step is not None]
-    stats: dict[str, float] = {
-        "alarm_rate": len(alarmed) / len(outcomes) if outcomes else 0.0,
-        "first_alarm_precision": _mean(
-            [float(o.alarm_step == o.record.gold.step) for o in alarmed]
-        ),
-        "first_alarm_agent_precision": _mean(
-            [
-                float((o.alarm_agent or "").casefold() == o.record.gold.agent.casefold())
-                for o in alarmed
-            ]
-        ),
-        "mean_steps_before_end": _mean(
-            [float(len(o.record.trajectory) - 1 - (o.alarm_step or 0)) for o in alarmed]
-        ),
-        "mean_fraction_before_end": _mean(
-            [
-                (len(o.record.trajectory) - 1 - (o.alarm_step or 0)) / len(o.record.trajectory)
-                for o in alarmed
-            ]
-        ),
-    }
-    for k in k_values:
-        stats[f"first_alarm_precision_pm{k}"] = _mean(
-            [float(abs((o.alarm_step or 0) - o.record.gold.step) <= k) for o in alarmed]
-        )
-    return stats
-
-
-def _over_seeds(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, Any]]:
-    keys = per_seed[0].keys() if per_seed else []
-    return {key: {**spread([s[key] for s in per_seed]), "values": [s[key] for s in per_seed]}
-            for key in keys}  # fmt: skip
-
-
-def _summarise(
-    records: Sequence[BenchmarkRecord],
-    settings: CVSettings,
-    held_out: dict[int, list[HeldOutRecord]],
-    folds: Sequence[FoldOutcome],
-    wall_time: float,
-) -> dict[str, Any]:
-    def scored(which: str) -> dict[int, list[ScoredRecord]]:
-        return {
-            seed: [
-                ScoredRecord(
-                    subset=o.record.subset,
-                    score=score_attribution(
-                        o.learned if which == "learned" else o.first_error,
-                        o.record.gold.agent,
-                        o.record.gold.step,
-                        settings.tolerances,
-                    ),
-                    latency_s=(o.learned if which == "learned" else o.first_error).latency_s,
-                )
-                for o in outcomes
-            ]
-            for seed, outcomes in held_out.items()
-        }
-
-    learned = _accuracy_over_seeds(scored("learned"))
-    first_error = _accuracy_over_seeds(scored("first_error"))
-    expected = random_baseline(records)
-    per_seed_groups = {seed: _by_subset(outcomes) for seed, outcomes in held_out.items()}
-    subsets: dict[str, Any] = {}
-    for name, entry in learned.items():
-        conformal = {
-            str(alpha): _over_seeds(
-                [_conformal_stats(groups[name], alpha) for groups in per_seed_groups.values()]
-            )
-            for alpha in settings.alphas
-        }
-        auditor = _over_seeds(
-            [
-                _auditor_stats(groups[name], settings.tolerances)
-                for groups in per_seed_groups.values()
-            ]
-        )
-        subsets[name] = {
-            **entry,
-            "failed": {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0, "values": []},
-            "cost": {"mean_llm_calls": 0.0, "mean_prompt_tokens": 0.0,
-                     "mean_completion_tokens": 0.0,
-                     "mean_latency_s": _mean([o.learned.latency_s
-                                              for groups in per_seed_groups.values()
-                                              for o in groups[name]])},
-            "random_expected": expected.get(name, {"agent": 0.0, "step": 0.0}),
-            "first_error": first_error[name]["accuracy"],
-            "conformal": conformal,
-            "auditor": auditor,
-        }  # fmt: skip
-    return {
-        "dataset": ",".join(sorted({r.dataset for r in records})),
-        "attributor": "learned",
-        "mode": "cross-validation",
-        "error_modes": _by_error_mode(held_out),
-        "records": [
-            {
-                "id": o.record.record_id,
-                "seed": seed,
-                "subset": o.record.subset,
-                "error_mode": o.record.gold.mode,
-                "gold": [o.record.gold.agent, o.record.gold.step],
-                "learned": [o.learned.agent, o.learned.step],
-                "first_error": [o.first_error.agent, o.first_error.step],
-            }
-            for seed, outcomes in held_out.items()
-            for o in outcomes
-        ],
-        "settings": {**settings.as_dict(), "repeats": len(settings.seeds)},
-        "wall_time_s": wall_time,
-        "subsets": subsets,
-        "folds": [
-            {
-                "seed": f.seed,
-                "fold": f.fold,
-                "n_train": len(f.train_ids),
-                "test_ids": list(f.test_ids),
-                "chosen": f.chosen,
-            }
-            for f in folds
-        ],
-    }
-
-
-def _by_error_mode(held_out: dict[int, list[HeldOutRecord]]) -> dict[str, dict[str, Any]]:
-    """Held-out accuracy per labelled error mode (records without one under "-"), as the
-    mean over seeds: which modes the attributors find and which they do not."""
-    table: dict[str, dict[str, Any]] = {}
-    seeds = len(held_out) or 1
-    for outcomes in held_out.values():
-        for o in outcomes:
-            entry = table.setdefault(
-                o.record.gold.mode or "-",
-                {"n": 0, "learned": {"agent": 0.0, "step": 0.0},
-                 "first_error": {"agent": 0.0, "step": 0.0}},
-            )  # fmt: skip
-            entry["n"] += 1
-            for name, attribution in (("learned", o.learned), ("first_error", o.first_error)):
-                score = score_attribution(attribution, o.record.gold.agent, o.record.gold.step)
-                entry[name]["agent"] += float(score.agent)
-                entry[name]["step"] += float(score.step)
-    for entry in table.values():
-        for name in ("learned", "first_error"):
-            for metric in ("agent", "step"):
-                entry[name][metric] /= entry["n"]
-        entry["n"] //= seeds
-    return dict(sorted(table.items()))
-
-
-# --- command line -------------------------------------------------------------
 
 _TRAINABLE = ("learned",)
 
@@ -527,5 +239,5 @@ def cross_validate_command(
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    Console().print(cv_table(summary))
+    table_console().print(cv_table(summary))
     click.echo(f"wrote {out_dir / 'summary.json'}, {out_dir / 'report.md'}")

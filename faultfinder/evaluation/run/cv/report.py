@@ -12,12 +12,9 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["cv_table", "pct", "render_cv_report"]
+from faultfinder.attributors.scoring import spread_percent as pct
 
-
-def pct(metric: Mapping[str, Any]) -> str:
-    """A share's mean ± std over seeds, in percent with one decimal."""
-    return f"{100 * metric['mean']:.1f} ± {100 * metric['std']:.1f}"
+__all__ = ["cv_table", "render_cv_report"]
 
 
 def render_cv_report(summary: Mapping[str, Any]) -> str:

@@ -1,6 +1,7 @@
 """The dashboard's key gate: a browser presents its API key once on the login page; the
 HttpOnly cookie it then carries becomes the `Authorization` header the API checks, and
-only same-origin requests may write through it (JSON only, on the API)."""
+only same-origin requests may write through it (JSON only, on the API: the rule
+`faultfinder/server/http_guard.py` applies to every request)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import orjson
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from faultfinder.server.events import RUN_CHANGED, EventBus
+from faultfinder.server.http_guard import SAFE_METHODS, cross_origin_refusal
 
 KEY_COOKIE = "faultfinder_key"
 CONTENT_SECURITY_POLICY = (
@@ -23,37 +25,6 @@ LOGIN_CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
     "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
-
-
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_SAME_ORIGIN_FETCH = frozenset({b"same-origin", b"none"})
-
-
-def cross_origin_refusal(scope: Scope) -> tuple[int, str] | None:
-    """Why a state-changing request authenticated by the login cookie is refused, or None.
-
-    The browser attaches the SameSite=Strict cookie to requests from every page of the same
-    *site*, which includes other ports of the same host, so the cookie alone does not show
-    that the dashboard sent the request. It must come from the dashboard's own origin
-    (`Sec-Fetch-Site: same-origin`, or an `Origin` equal to the request's host where a
-    client sends no fetch metadata), and writes to the API must be JSON, which a page of
-    another origin cannot send without a CORS preflight this server never grants.
-    """
-    site = _header(scope, b"sec-fetch-site")
-    if site is not None and site.strip().lower() not in _SAME_ORIGIN_FETCH:
-        return 403, f"cross-site request refused (Sec-Fetch-Site: {site.decode('latin-1')})"
-    origin = _header(scope, b"origin")
-    if site is None and origin is not None:
-        host = _header(scope, b"host") or b""
-        parsed = urllib.parse.urlsplit(origin.decode("latin-1"))
-        if parsed.netloc.lower() != host.decode("latin-1").lower():
-            return 403, f"cross-origin request refused (Origin: {origin.decode('latin-1')})"
-    path: str = scope.get("path", "")
-    if path.startswith("/api/"):
-        content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
-        if content_type != b"application/json":
-            return 415, "the dashboard's writes must be application/json"
-    return None
 
 
 async def _refuse(send: Send, status: int, detail: str) -> None:

@@ -20,29 +20,42 @@ from litestar.response import Redirect, ServerSentEvent, Template
 from litestar.response.sse import ServerSentEventMessage
 
 from faultfinder.attributors.base import available_attributors
+from faultfinder.attributors.failure_modes import MODES
 from faultfinder.server.api.dashboard.gate import (
     KEY_COOKIE,
     LOGIN_CONTENT_SECURITY_POLICY,
     cookie_key,
+)
+from faultfinder.server.api.dashboard.page_bounds import page_trajectory
+from faultfinder.server.api.dashboard.render import agent_colours
+from faultfinder.server.api.dashboard.run_view import (
+    alarm_text,
+    evidence_links,
+    verdict,
+    waterfall,
 )
 from faultfinder.server.api.dashboard.trends import nightly_rows, trend_charts
 from faultfinder.server.api.dashboard.views import (
     RunRowView,
     StepWindow,
     attributor_agreement,
+    bar_chart,
     blame_chart,
     blame_over_time_chart,
     find_runs,
     latest_per_method,
+    mode_colours,
+    mode_label,
+    over_time_chart,
     primary_attribution,
     step_views,
 )
 from faultfinder.server.api.run_paths import stored_run_id
 from faultfinder.server.api.runs import RUN_STATUSES
-from faultfinder.server.api.schemas import RunPage
 from faultfinder.server.auth import KeyRing, presented_key
 from faultfinder.server.events import RESET, EventBus
 from faultfinder.server.runs import RunService
+from faultfinder.server.schemas import RunPage
 from faultfinder.server.settings import Settings
 from faultfinder.server.store import BenchHistory, InvalidCursorError, SpanStore, UnknownRunError
 
@@ -57,6 +70,13 @@ WINDOWS: dict[str, tuple[int, int]] = {
     "30d": (30 * 86400, 86400),
 }
 """Overview time windows: (window seconds, bucket seconds)."""
+STATUS_LABELS: dict[str, str] = {
+    "failed": "failed · awaiting attribution",
+    "attributed": "failed · attributed",
+    "complete": "succeeded",
+    "running": "running",
+}
+"""What each run status means to a reader: an attributed run is a failed run."""
 NIGHTLY_WINDOWS: dict[str, int | None] = {"30d": 30, "90d": 90, "365d": 365, "all": None}
 """Nightly page windows: days of benchmark history drawn (None: all of it)."""
 NIGHTLY_ENTRIES = 5000
@@ -116,6 +136,7 @@ class DashboardController(Controller):
         status: FromQuery[str | None] = None,
         project: FromQuery[str | None] = None,
         agent: FromQuery[str | None] = None,
+        mode: FromQuery[str | None] = None,
         q: FromQuery[str | None] = None,
         cursor: FromQuery[str | None] = None,
         limit: FromQuery[int] = 50,
@@ -127,6 +148,7 @@ class DashboardController(Controller):
             "status": _blank(status),
             "project": _blank(project),
             "agent": _blank(agent),
+            "mode": _blank(mode),
             "q": _blank(q),
         }
         limit = min(max(limit, 1), 200)
@@ -142,6 +164,8 @@ class DashboardController(Controller):
                     status=filters["status"],
                     project=filters["project"],
                     agent=filters["agent"],
+                    mode=filters["mode"],
+                    leading=settings.attributors,
                     limit=limit,
                     cursor=_blank(cursor),
                 )
@@ -149,6 +173,7 @@ class DashboardController(Controller):
                 problem = f"cursor: {exc}"
         rows = [RunRowView(run, primary_attribution(run.attributions, settings.attributors))
                 for run in page.items]  # fmt: skip
+        culprits = [row.culprit.agent for row in rows if row.culprit and row.culprit.agent]
         active = {name: value for name, value in filters.items() if value is not None}
         next_query = (
             urllib.parse.urlencode({**active, "cursor": page.next_cursor, "limit": limit})
@@ -162,7 +187,9 @@ class DashboardController(Controller):
                 "runs",
                 rows=rows,
                 filters=filters,
-                statuses=RUN_STATUSES,
+                statuses=STATUS_LABELS,
+                modes=MODES,
+                colours=agent_colours(culprits),
                 problem=problem,
                 scanned=scanned,
                 next_query=next_query,
@@ -193,10 +220,11 @@ class DashboardController(Controller):
         jobs = await runs.jobs(run_id)
         primary = primary_attribution(run.attributions, settings.attributors)
         latest = latest_per_method(run.attributions, primary)
-        trajectory = run.trajectory
+        trajectory = page_trajectory(run.trajectory, run_id)
         agents = list(dict.fromkeys((*trajectory.roster, *trajectory.agents)))
         reference = trajectory.metadata.get("label")
         views = step_views(trajectory, latest, primary, labels)
+        evidence = evidence_links(primary, trajectory)
         window = StepWindow.around(
             len(views), steps_from, primary.step if primary is not None else None
         )
@@ -209,6 +237,12 @@ class DashboardController(Controller):
                 run_id=run_id,
                 trajectory=trajectory,
                 steps=views[window.start : window.stop],
+                waterfall=waterfall(trajectory.steps[window.start : window.stop]),
+                verdict=verdict(primary),
+                alarm=alarm_text(run.alarm),
+                evidence=evidence,
+                colours=agent_colours(agents),
+                modes=MODES,
                 window=window,
                 step_href=window.href,
                 primary=primary,
@@ -243,6 +277,8 @@ class DashboardController(Controller):
         by_status = stats.runs_by_status
         attributed = by_status.get("attributed", 0)
         pending = by_status.get("failed", 0)
+        colours = agent_colours(stats.blame_by_agent)  # the most blamed first
+        by_mode = mode_colours(stats.blame_by_mode)
         return Template(
             template_name="overview.html",
             context=_context(
@@ -257,8 +293,14 @@ class DashboardController(Controller):
                 total_runs=sum(by_status.values()),
                 jobs=Counter(stats.jobs_by_status),
                 agreement=attributor_agreement(answers),
-                blame=blame_chart(stats.blame_by_agent),
-                over_time=blame_over_time_chart(stats, window_s, time.time()),
+                succeeded=by_status.get("complete", 0),
+                running=by_status.get("running", 0),
+                blame=blame_chart(stats.blame_by_agent, colours),
+                over_time=blame_over_time_chart(stats, window_s, time.time(), colours),
+                modes=bar_chart(stats.blame_by_mode, by_mode, mode_label),
+                modes_over_time=over_time_chart(
+                    stats.modes_over_time, bucket_s, window_s, time.time(), by_mode, mode_label
+                ),
             ),
         )
 

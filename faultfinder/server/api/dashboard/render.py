@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -26,16 +27,20 @@ STATIC_DIR = DASHBOARD_DIR / "static"
 
 PALETTE = (
     "#4e79a7",
-    "#f28e2b",
-    "#e15759",
-    "#76b7b2",
     "#59a14f",
-    "#edc948",
     "#b07aa1",
-    "#ff9da7",
+    "#76b7b2",
+    "#edc948",
     "#9c755f",
+    "#2b3a55",
+    "#8cd17d",
+    "#a0cbe8",
+    "#d4a6c8",
+    "#86864e",
     "#bab0ac",
 )
+"""Agent and attributor colours: categorical, with no red or orange, which the pages keep
+for errors and for the blamed step."""
 
 
 def format_time(seconds: float | None) -> str:
@@ -78,8 +83,33 @@ def format_percent(value: float | None) -> str:
 
 
 def agent_colour(agent: str) -> str:
-    """A stable colour per agent name, the same on every chart."""
+    """A stable colour per agent name, for an agent no page-wide assignment covers."""
     return PALETTE[sum(normalise_agent(agent).encode()) % len(PALETTE)]
+
+
+def agent_colours(agents: Iterable[str]) -> dict[str, str]:
+    """One colour per agent of a page, distinct for the first `len(PALETTE)` agents (in
+    the order given), so two agents never share a colour on one page and its charts."""
+    colours: dict[str, str] = {}
+    for agent in agents:
+        if agent not in colours:
+            colours[agent] = (
+                PALETTE[len(colours)] if len(colours) < len(PALETTE) else agent_colour(agent)
+            )
+    return colours
+
+
+def format_tokens(count: int | None) -> str:
+    """1234 → "1.2k tok"; "" when not recorded."""
+    if count is None:
+        return ""
+    return f"{count / 1000:.1f}k tok" if count >= 1000 else f"{count} tok"
+
+
+def shorten(text: str | None, limit: int = 90) -> str:
+    """One line of at most `limit` characters."""
+    line = " ".join((text or "").split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 _BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -112,6 +142,8 @@ def template_environment() -> Environment:
         period=format_period,
         percent=format_percent,
         colour=agent_colour,
+        tokens=format_tokens,
+        shorten=shorten,
         quote=lambda text: urllib.parse.quote(str(text), safe=""),
     )
     return environment

@@ -5,12 +5,13 @@ overview's charts."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any
 
+from faultfinder.attributors.failure_modes import mode_name
 from faultfinder.attributors.model import (
     Attribution,
     AttributionStatus,
@@ -18,9 +19,15 @@ from faultfinder.attributors.model import (
     Trajectory,
     normalise_agent,
 )
-from faultfinder.server.api.dashboard.render import agent_colour, format_time
-from faultfinder.server.api.schemas import LabelOut, RunPage, RunSummary, Stats
-from faultfinder.server.runs import RunService
+from faultfinder.server.api.dashboard.render import PALETTE, agent_colour, format_time
+from faultfinder.server.api.dashboard.run_view import Highlight, evidence_links, highlights
+from faultfinder.server.runs import (
+    UNKNOWN_MODE,
+    CulpritFilter,
+    RunService,
+    leading_attribution,
+)
+from faultfinder.server.schemas import BlameBucket, LabelOut, RunPage, RunSummary, Stats
 
 SEARCH_PAGE = 200
 SEARCH_SCAN_LIMIT = 2000
@@ -34,14 +41,8 @@ LONG_CONTENT_CHARS = 400
 def primary_attribution(
     attributions: Sequence[Attribution], preferred: Sequence[str]
 ) -> Attribution | None:
-    """The answer the dashboard leads with: the newest ok attribution of the first
-    configured attributor that has one, else the newest ok attribution."""
-    ok = [a for a in attributions if a.status is AttributionStatus.OK]
-    for method in preferred:
-        mine = [a for a in ok if a.method == method]
-        if mine:
-            return mine[-1]
-    return ok[-1] if ok else None
+    """The answer the dashboard leads with (`leading_attribution`)."""
+    return leading_attribution(attributions, preferred)
 
 
 @dataclass
@@ -69,6 +70,8 @@ class StepView:
     marks: list[StepMark] = field(default_factory=list)
     culprit: bool = False
     in_prediction_set: bool = False
+    highlight: Highlight | None = None
+    """The phrase the leading attribution's evidence cites in this step, if any."""
 
     @property
     def preview(self) -> str:
@@ -89,6 +92,8 @@ def step_views(
     """The run page's steps with their marks: the primary's culprit (and prediction set),
     the other attributors' answers and strongest candidates, then the labels."""
     views = [StepView(step) for step in trajectory.steps]
+    for index, found in highlights(evidence_links(primary, trajectory), trajectory).items():
+        views[index].highlight = found
     if primary is not None:
         _mark_primary(views, primary)
     _mark_attributions(views, latest, primary)
@@ -188,13 +193,21 @@ def latest_per_method(
 
 def run_matches(run: RunSummary, needle: str) -> bool:
     """Text search over what the runs list shows (id, project, agents, answers)."""
-    haystack: list[str] = [run.id, run.project, run.outcome or "", *run.agents]
+    haystack: list[str] = [
+        run.id,
+        run.project,
+        run.outcome or "",
+        run.outcome_reason or "",
+        run.task or "",
+        *run.agents,
+    ]
     for attribution in run.attributions:
         haystack += [
             attribution.method,
             attribution.agent or "",
             attribution.reason,
             attribution.error_category or "",
+            attribution.mode or "",
             attribution.failure_reason or "",
         ]
     return any(needle in text.casefold() for text in haystack)
@@ -207,12 +220,15 @@ async def find_runs(
     status: str | None,
     project: str | None,
     agent: str | None,
+    mode: str | None = None,
+    leading: Sequence[str] = (),
     limit: int,
     cursor: str | None,
 ) -> tuple[RunPage, int | None]:
     """A page of runs; with a text `query`, the matches among up to SEARCH_SCAN_LIMIT runs
-    (and how many runs were read)."""
-    filters: dict[str, Any] = {"status": status, "project": project, "agent": agent}
+    (and how many runs were read). `agent` and `mode` match the leading attribution."""
+    culprit = CulpritFilter(agent=agent, mode=mode, preferred=tuple(leading))
+    filters: dict[str, Any] = {"status": status, "project": project, "culprit": culprit}
     if not query:
         return await service.list_runs(**filters, limit=limit, cursor=cursor), None
     needle = query.casefold()
@@ -278,54 +294,78 @@ class Chart:
     labels: list[tuple[float, float, str, str]] = field(default_factory=list)
     """(x, y, anchor, text) of axis and bar labels."""
     legend: list[tuple[str, str]] = field(default_factory=list)
-    """(colour, agent) pairs."""
+    """(colour, name) pairs."""
 
 
-def blame_chart(blame: Mapping[str, int]) -> Chart:
-    """Horizontal bars: failed runs blamed on each agent (top 12)."""
-    top = sorted(blame.items(), key=lambda item: (-item[1], item[0]))[:12]
-    row, left, width = 26, 170, 640
+def mode_label(mode: str) -> str:
+    """`R.1` → "R.1 Hallucination"; `unknown` → "no mode (a guess)"."""
+    if mode == UNKNOWN_MODE:
+        return "no mode (a guess)"
+    name = mode_name(mode)
+    return f"{mode} {name}" if name else mode
+
+
+def mode_colours(modes: Iterable[str]) -> dict[str, str]:
+    """A colour per failure mode of the overview (grey for `unknown`)."""
+    known = sorted(mode for mode in set(modes) if mode != UNKNOWN_MODE)
+    colours = {mode: PALETTE[i % (len(PALETTE) - 1)] for i, mode in enumerate(known)}
+    colours[UNKNOWN_MODE] = PALETTE[-1]
+    return colours
+
+
+def bar_chart(
+    counts: Mapping[str, int], colours: Mapping[str, str], label: Callable[[str], str] = str
+) -> Chart:
+    """Horizontal bars: failed runs per name (an agent, a mode), the top 12."""
+    top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:12]
+    row, left, width = 26, 200, 640
     chart = Chart(width=width, height=max(row * len(top) + 10, 40))
     most = max((count for _, count in top), default=1)
-    for position, (agent, count) in enumerate(top):
+    for position, (name, count) in enumerate(top):
         y = 5 + position * row
         length = (width - left - 60) * count / most
-        chart.bars.append(
-            Bar(left, y, length, row - 8, agent_colour(agent), f"{agent}: {count} runs")
-        )
-        short = agent if len(agent) <= 24 else agent[:23] + "…"
+        colour = colours.get(name) or agent_colour(name)
+        text = label(name)
+        chart.bars.append(Bar(left, y, length, row - 8, colour, f"{text}: {count} runs"))
+        short = text if len(text) <= 28 else text[:27] + "…"
         chart.labels.append((left - 8, y + row / 2, "end", short))
         chart.labels.append((left + length + 6, y + row / 2, "start", str(count)))
     return chart
 
 
-def blame_over_time_chart(stats: Stats, window_s: int, now: float) -> Chart:
-    """Stacked columns: failed runs per blamed agent in each time bucket of the window."""
+def blame_chart(blame: Mapping[str, int], colours: Mapping[str, str] | None = None) -> Chart:
+    """Failed runs blamed on each agent (top 12)."""
+    return bar_chart(blame, colours or {})
+
+
+def over_time_chart(
+    buckets: Sequence[BlameBucket],
+    bucket: int,
+    window_s: int,
+    now: float,
+    colours: Mapping[str, str],
+    label: Callable[[str], str] = str,
+) -> Chart:
+    """Stacked columns: failed runs per name (an agent, a mode) in each time bucket."""
     width, height, left, bottom = 720, 220, 40, 30
     chart = Chart(width=width, height=height)
-    bucket = stats.bucket_seconds
     first = int((now - window_s) // bucket * bucket)
     starts = list(range(first, int(now) + 1, bucket))
-    counts = {int(b.start): b.counts for b in stats.blame_over_time}
+    counts = {int(b.start): b.counts for b in buckets}
     totals = [sum(counts.get(start, {}).values()) for start in starts]
     most = max(totals, default=0) or 1
     slot = (width - left - 10) / max(len(starts), 1)
-    agents: set[str] = set()
+    names: set[str] = set()
     for index, start in enumerate(starts):
         y = float(height - bottom)
-        for agent, count in sorted(counts.get(start, {}).items()):
-            agents.add(agent)
+        for name, count in sorted(counts.get(start, {}).items()):
+            names.add(name)
             size = (height - bottom - 10) * count / most
             y -= size
+            colour = colours.get(name) or agent_colour(name)
+            title = f"{format_time(start)}: {label(name)} {count}"
             chart.bars.append(
-                Bar(
-                    left + index * slot + 1,
-                    y,
-                    max(slot - 2, 1),
-                    size,
-                    agent_colour(agent),
-                    f"{format_time(start)}: {agent} {count}",
-                )
+                Bar(left + index * slot + 1, y, max(slot - 2, 1), size, colour, title)
             )
     chart.labels.append((left - 6, 14, "end", str(most)))
     chart.labels.append((left - 6, height - bottom, "end", "0"))
@@ -333,5 +373,16 @@ def blame_over_time_chart(stats: Stats, window_s: int, now: float) -> Chart:
         stamp = datetime.fromtimestamp(starts[index], UTC)
         text = stamp.strftime("%H:%M" if window_s <= 86400 else "%m-%d")
         chart.labels.append((left + index * slot + slot / 2, height - 10, "middle", text))
-    chart.legend = [(agent_colour(agent), agent) for agent in sorted(agents)]
+    chart.legend = [
+        (colours.get(name) or agent_colour(name), label(name)) for name in sorted(names)
+    ]
     return chart
+
+
+def blame_over_time_chart(
+    stats: Stats, window_s: int, now: float, colours: Mapping[str, str] | None = None
+) -> Chart:
+    """Failed runs per blamed agent in each time bucket of the window."""
+    return over_time_chart(
+        stats.blame_over_time, stats.bucket_seconds, window_s, now, colours or {}
+    )

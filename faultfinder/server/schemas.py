@@ -1,4 +1,8 @@
-"""Request and response bodies of the HTTP API (separate from the table models)."""
+"""Request and response bodies of the HTTP API (separate from the table models).
+
+The run service (`server.runs`) answers in these models and the controllers in `server.api`
+serve them, so they sit beside both rather than inside `api/`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from faultfinder.attributors.auditor import Alarm
 from faultfinder.attributors.model import Attribution, Trajectory
 
 
@@ -18,6 +23,11 @@ class RunSummary(BaseModel):
     n_steps: int
     n_spans: int
     outcome: str | None = None
+    outcome_reason: str | None = None
+    """Why the run failed (or succeeded), as its program or a grader said: `Run.fail(reason)`
+    in the SDK, the posted outcome's `reason`."""
+    task: str | None = None
+    """What the run was asked to do, when a span or a posted outcome said."""
     unfinished: bool = False
     """The run failed because its root span never arrived: its process crashed, was
     killed or hung before ending it (the `unfinished_after` setting)."""
@@ -32,26 +42,12 @@ class RunPage(BaseModel):
     next_cursor: str | None = None
 
 
-class AlarmOut(BaseModel):
-    """An early alarm: the step the online auditor suspected while the run was running."""
-
-    run_id: str
-    step: int
-    agent: str
-    score: float
-    threshold: float
-    steps_seen: int
-    """Steps that had arrived when the alarm was raised."""
-    created_at: float
-    reason: str | None = None
-    """Why the step: what set it apart from the steps seen so far."""
-
-
 class RunDetail(RunSummary):
     trajectory: Trajectory
     """The run's steps from `steps_offset` (all of them unless a `steps_limit` was asked
     for); `n_steps` counts them all."""
-    alarm: AlarmOut | None = None
+    alarm: Alarm | None = None
+    """The early alarm the online auditor raised while the run was running, if any."""
     steps_offset: int = 0
 
 
@@ -179,3 +175,34 @@ class Stats(BaseModel):
     bucket_seconds: int
     accuracy: list[AttributorAccuracy]
     """Each attributor's live accuracy against human labels."""
+    blame_by_mode: dict[str, int] = {}
+    """Failure mode (a Who&When Pro code, or `unknown`) → failed runs blamed with it."""
+    modes_over_time: list[BlameBucket] = []
+    """Failed runs per failure mode in each bucket (`counts` keyed by mode)."""
+
+
+VERIFICATION_RESULTS = ("flipped", "still_failed", "diverged", "unmapped", "error")
+"""How correcting one candidate step went: the run then succeeded (`flipped`), still
+failed, its replayed prefix left the recording (`diverged`), no model call made the step
+(`unmapped`), or no correction could be written (`error`)."""
+
+
+class VerifiedStep(BaseModel):
+    """One candidate step of a counterfactual verification and what correcting it did."""
+
+    step: int = Field(ge=0)
+    agent: str = Field(min_length=1, max_length=500)
+    result: Literal["flipped", "still_failed", "diverged", "unmapped", "error"]
+    replays: int = Field(default=0, ge=0, le=1000, description="Replays that reached the step.")
+    flips: int = Field(default=0, ge=0, le=1000, description="Of those, replays that succeeded.")
+    model_call: int | None = Field(default=None, ge=0)
+    correction: str | None = Field(default=None, max_length=20_000)
+
+
+class VerificationIn(BaseModel):
+    """The outcome of `faultfinder verify`: candidate steps replayed with a corrected step
+    each; stored as the run's attribution of method `counterfactual`."""
+
+    candidates: list[VerifiedStep] = Field(min_length=1, max_length=200)
+    search: Literal["all", "earliest"] = "all"
+    model: str | None = Field(default=None, max_length=200)
