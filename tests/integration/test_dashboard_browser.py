@@ -2,13 +2,17 @@
 with the culprit highlighted, labelling, the overview, and inert hostile trajectory content.
 
 Needs Debian's `chromium` (tests/integration/browser.py). Screenshots go to test-artifacts/; with
-FAULTFINDER_UPDATE_SCREENSHOT=1 the run page is also saved as docs/dashboard.png.
+FAULTFINDER_UPDATE_SCREENSHOT=1 the runs list, a failed run's page and the overview are also
+saved as docs/runs.png, docs/run.png (and docs/dashboard.png) and docs/overview.png.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,10 +20,11 @@ from typing import Any
 import httpx
 import pytest
 
+from faultfinder.attributors.auditor import MODEL_FEATURES
 from faultfinder.attributors.learned.step_model import default_model
 from faultfinder.attributors.model import Step, StepKind, StepStatus, Trajectory
-from faultfinder.benchmarks.datasets import load_dataset, resolve_datasets_dir
-from faultfinder.benchmarks.replay import replay
+from faultfinder.datasets import load_dataset, resolve_datasets_dir
+from faultfinder.evaluation.replay import replay
 from tests.integration.browser import LIVE_TIMEOUT_MS, needs_chromium
 from tests.integration.sidecar import ROOT, running_sidecar
 from tests.otlp_helpers import protobuf_body, trajectory_spans
@@ -129,10 +134,14 @@ def test_the_dashboard_shows_live_runs_culprits_labels_and_stays_inert(
         expect(card.locator(".reason")).to_have_text(attribution["reason"] or "—")
         if attribution["method"] == "learned":  # which model answered: the packaged one
             training = default_model().training
-            expect(card.locator(".trained-on")).to_contain_text(
-                f"Model trained on {training['dataset']} ({training['records']} labelled runs,"
-                f" {str(training['trained_at'])[:10]})"
+            trained_on = card.locator(".trained-on")
+            expect(trained_on).to_have_text(
+                f"Model trained on {training['records']} labelled runs"
+                f" ({str(training['trained_at'])[:10]})"
             )
+            # The card names no training file or folder a user has no use for.
+            for source in str(training["dataset"]).split(","):
+                expect(trained_on).not_to_contain_text(source)
 
         # Label the culprit through the form; the label shows up on the page and the
         # open overview counts it against the attributor.
@@ -160,8 +169,6 @@ def test_the_dashboard_shows_live_runs_culprits_labels_and_stays_inert(
         expect(page.locator('article.attribution[data-method="random"]')).to_have_count(1)
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(ARTIFACTS / "dashboard-run.png"))
-        if os.environ.get("FAULTFINDER_UPDATE_SCREENSHOT") == "1":
-            page.screenshot(path=str(ROOT / "docs" / "dashboard.png"))
 
         # The hostile run: every piece of markup is shown as text and nothing runs.
         hostile = next(item for item in listed if HOSTILE_AGENT in item["agents"])
@@ -175,7 +182,10 @@ def test_the_dashboard_shows_live_runs_culprits_labels_and_stays_inert(
         expect(timeline).to_contain_text(HOSTILE_ERROR)
         expect(page.locator("#label-form select[name=agent]")).to_contain_text(HOSTILE_AGENT)
         assert (
-            page.locator("main img, main script, #timeline svg:not(.swatch), main b").count() == 0
+            page.locator(
+                "main img, main script, #timeline svg:not(.swatch):not(.wf-track), main b"
+            ).count()
+            == 0
         )
         page.wait_for_timeout(300)  # time for any injected handler to have fired
         assert page.evaluate("typeof window.__xss") == "undefined"
@@ -298,6 +308,163 @@ def test_an_early_alarm_appears_on_the_open_run_page_while_the_run_is_running(
         assert stored["status"] == "running" and stored["alarm"] is not None
         raised = stored["alarm"]
         expect(alarm).to_contain_text(f"{raised['agent']} at step {raised['step']}")
-        expect(alarm).to_contain_text(raised["reason"])
+        # What a person reads is in view; the model's features wait behind "details".
+        lead, _, features = raised["reason"].partition(MODEL_FEATURES)
+        expect(alarm).to_contain_text(lead.strip())
+        if features:
+            toggle = alarm.locator("details.model-features")
+            expect(toggle).not_to_have_attribute("open", "")
+            toggle.locator("summary").click()
+            expect(toggle.locator("li").first).to_be_visible()
         assert page.evaluate("window.__sameDocument") is True
     assert not dialogs and not errors
+
+
+README_RUN = """
+import sys, time
+from opentelemetry import trace
+from faultfinder.sdk import agent_step, configure, message, run, shutdown, tool_call
+
+configure(sys.argv[1], service_name="travel-agents", project="demo")
+with run(task="Cheapest Friday flight from Paris to Lisbon?", ground_truth="TP 433") as r:
+    with agent_step("Planner") as planner:
+        trace.get_current_span().set_attributes(
+            {"gen_ai.usage.input_tokens": 412, "gen_ai.usage.output_tokens": 38}
+        )
+        time.sleep(0.3)
+        planner.say("Searcher: list Friday flights CDG→LIS; I will pick the cheapest.")
+    with agent_step("Searcher"), tool_call("flights.search", {"from": "CDG", "to": "LIS"}) as call:
+        time.sleep(0.5)
+        call.result([{"flight": "TP 433", "eur": 89}, {"flight": "AF 1024", "eur": 140}])
+    time.sleep(0.2)
+    message("Planner", "The cheapest flight is AF 1024.")
+    r.fail("answered AF 1024, expected TP 433", final_answer="AF 1024")
+shutdown()
+"""
+"""The README's SDK example (with the token counts an LLM span records and the time its steps
+take), run as its own program against the sidecar."""
+
+
+def _leading(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's leading attribution under the default attributors (learned first)."""
+    ok = [a for a in run["attributions"] if a["status"] == "ok"]
+    return next((a for a in reversed(ok) if a["method"] == "learned"), ok[-1])
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_a_failed_runs_page_leads_with_its_reason_verdict_evidence_and_waterfall(
+    sqlite_database_url: str, tmp_path: Path, browser: Any, expect: Any
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    records = list(load_dataset("who_and_when:algorithm-generated", resolve_datasets_dir(None)))
+    dialogs: list[str] = []
+    errors: list[str] = []
+    with (
+        running_sidecar(sqlite_database_url, tmp_path, **FAST) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as api,
+    ):
+        replay(records[4:10], to=sidecar.url, progress=False)
+        subprocess.run([sys.executable, "-c", README_RUN, sidecar.url], check=True, timeout=120)
+        context = browser.new_context(viewport={"width": 1280, "height": 860})
+        page = _watch(context.new_page(), dialogs, errors)
+        page.goto(f"{sidecar.url}/ui/")
+        expect(page.locator("tr.run .badge.status-attributed")).to_have_count(7)
+        listed = api.get("/api/runs", params={"limit": 20}).json()["items"]
+        run = next(item for item in listed if item["project"] == "demo")
+        lead = _leading(run)
+        assert run["outcome_reason"] == "answered AF 1024, expected TP 433"
+        assert lead["mode"] is not None
+
+        # The runs list: task, why it failed, the culprit and its mode, at a glance.
+        row = page.locator(f'tr.run[data-run-id="{run["id"]}"]')
+        expect(row.locator("a.task")).to_have_text("Cheapest Friday flight from Paris to Lisbon?")
+        expect(row.locator(".badge")).to_have_text("failed · attributed")
+        expect(row.locator(".outcome-reason")).to_have_text("answered AF 1024, expected TP 433")
+        expect(row.locator(".culprit")).to_contain_text(f"{lead['agent']} · step {lead['step']}")
+        expect(row.locator(".culprit .mode .code")).to_have_text(lead["mode"])
+        if os.environ.get("FAULTFINDER_UPDATE_SCREENSHOT") == "1":
+            page.screenshot(path=str(ROOT / "docs" / "runs.png"))
+
+        # Filters match the culprit the list shows: the leading answer, not any answer.
+        for item in listed:
+            shown = _leading(item)
+            filters = [("agent", shown["agent"])] + (
+                [("mode", shown["mode"])] if shown["mode"] else []
+            )
+            for name, value in filters:
+                found = api.get("/api/runs", params={name: value, "limit": 50}).json()["items"]
+                assert item["id"] in {other["id"] for other in found}
+                assert {_leading(other)[name] for other in found} == {value}
+        page.goto(f"{sidecar.url}/ui/?mode={lead['mode']}")
+        expect(page.locator(f'tr.run[data-run-id="{run["id"]}"]')).to_have_count(1)
+        expect(page.locator("tr.run .culprit .mode .code")).to_have_text(
+            [lead["mode"]] * page.locator("tr.run").count()
+        )
+
+        # The run page: the outcome and its reason, then one verdict line.
+        row_link = f'tr.run[data-run-id="{run["id"]}"] a.task'
+        page.goto(f"{sidecar.url}/ui/")
+        page.locator(row_link).click()
+        page.wait_for_url(f"**/ui/runs/{run['id']}")
+        expect(page.locator("#outcome")).to_contain_text(
+            "Failed: answered AF 1024, expected TP 433"
+        )
+        verdict = page.locator("#verdict")
+        expect(verdict).to_contain_text(f"{lead['agent']} at step {lead['step']}: ")
+        expect(verdict.locator(".mode .code")).to_have_text(lead["mode"])
+        # The blamed step is in view at once, its text shown in full.
+        culprit = page.locator("li.step.culprit")
+        expect(culprit).to_have_attribute("data-index", str(lead["step"]))
+        expect(culprit).to_be_in_viewport()
+        expect(culprit.locator(".content")).to_be_visible()
+        # Each piece of evidence links to its step, where the phrase it cites is marked.
+        page.evaluate("window.scrollTo(0, 0)")
+        expect(culprit).not_to_be_in_viewport()
+        # The model's features are not in the reason but behind a "details" toggle under it.
+        assert "(model:" not in lead["reason"] and lead["details"]["model_features"]
+        weighed = page.locator("#model-features")
+        expect(weighed.locator("li").first).to_be_hidden()
+        weighed.locator("summary").click()
+        expect(weighed.locator("li")).to_have_count(len(lead["details"]["model_features"]))
+        link = page.locator("#evidence a.evidence-link").first
+        step = link.get_attribute("data-step")
+        link.click()
+        phrase = page.locator(f"#step-{step} mark")
+        expect(phrase).to_be_in_viewport()
+        expect(phrase).to_have_class("flash")
+        assert phrase.inner_text() in page.locator(f"#step-{step} pre").first.inner_text()
+        # The waterfall: one bar per step with its duration, and the tokens recorded.
+        bars = page.locator("#waterfall .wf-row")
+        expect(bars).to_have_count(run["n_steps"])
+        planner = bars.nth(0)
+        expect(planner.locator(".wf-duration")).to_have_text(re.compile(r"^\d{3} ms$"))
+        expect(planner.locator(".wf-tokens")).to_have_text("450 tok")
+        expect(page.locator("#waterfall")).to_be_in_viewport()
+        # Agents keep one colour each, none of them the red of errors.
+        fills = page.locator("#waterfall .wf-track rect").evaluate_all(
+            "rects => rects.map(rect => rect.getAttribute('fill'))"
+        )
+        agents = [page.locator(f"#step-{i} .agent").inner_text() for i in range(run["n_steps"])]
+        assert len(dict(zip(agents, fills, strict=True))) == len(set(fills)) == len(set(agents))
+        assert not any(fill.lower() in ("#e15759", "#b3261e", "#ff0000") for fill in fills)
+        # Every tint has its legend, the label form starts at the blamed agent and step.
+        expect(page.locator("#tints")).to_contain_text("prediction set")
+        expect(page.locator("#label-form select[name=agent]")).to_have_value(lead["agent"])
+        expect(page.locator("#label-form input[name=step]")).to_have_value(str(lead["step"]))
+        page.screenshot(path=str(ARTIFACTS / "dashboard-run-verdict.png"), full_page=True)
+        if os.environ.get("FAULTFINDER_UPDATE_SCREENSHOT") == "1":
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(ROOT / "docs" / "run.png"), full_page=True)
+            page.screenshot(path=str(ROOT / "docs" / "dashboard.png"))
+
+        # The overview counts every failed run as failed and draws failures per mode.
+        page.goto(f"{sidecar.url}/ui/overview")
+        expect(page.locator("[data-figure=failed]")).to_have_text("7")
+        expect(page.locator("[data-figure=attributed]")).to_have_text("7")
+        expect(page.locator("#modes svg.chart rect")).not_to_have_count(0)
+        expect(page.locator("#modes-over-time .legend")).to_contain_text(lead["mode"])
+        if os.environ.get("FAULTFINDER_UPDATE_SCREENSHOT") == "1":
+            page.screenshot(path=str(ROOT / "docs" / "overview.png"), full_page=True)
+        context.close()
+    assert dialogs == [] and errors == []

@@ -172,11 +172,55 @@
     form.elements.namedItem("reason").focus({ preventScroll: true });
   });
 
+  // A step and the phrase its evidence cites: the step's closed parts opened, the
+  // phrase (else the step) scrolled to the middle of the window and flashed.
+  function showStep(index, smooth) {
+    const step = document.getElementById(`step-${index}`);
+    if (!step) return false;
+    const phrase = document.getElementById(`mark-${index}`);
+    const target = phrase || step;
+    for (let node = target.parentElement; node && node !== step.parentElement; node = node.parentElement) {
+      if (node.tagName === "DETAILS") node.open = true;
+    }
+    for (const other of document.querySelectorAll("li.step.focused")) other.classList.remove("focused");
+    step.classList.add("focused");
+    target.scrollIntoView({ behavior: smooth ? "smooth" : "auto", block: "center" });
+    if (phrase) {
+      phrase.classList.remove("flash");
+      void phrase.offsetWidth; // restart the animation
+      phrase.classList.add("flash");
+    }
+    body.dataset.shownStep = String(index);
+    return true;
+  }
+
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("a[href^='#step-']");
+    if (!link) return;
+    const index = link.getAttribute("href").slice("#step-".length);
+    if (showStep(index, true)) {
+      event.preventDefault();
+      history.replaceState(null, "", `#step-${index}`);
+    }
+  });
+
+  // On a run page, the blamed step (or the step the address names) is in view at once.
+  function showOnLoad() {
+    const named = /^#step-(\d+)$/.exec(location.hash);
+    if (named) {
+      showStep(named[1], false);
+      return;
+    }
+    const culprit = document.querySelector("li.step.culprit");
+    if (culprit && !location.hash) showStep(culprit.dataset.index, false);
+  }
+
   document.addEventListener("change", (event) => {
     const select = event.target.closest("select[data-autosubmit]");
     if (select && select.form) select.form.requestSubmit();
   });
 
   localTimes(document);
+  showOnLoad();
   listen();
 })();
