@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.comparisons import RecordChecks
+from faultfinder.attributors.errors import error_sentence, outcomes, shown
+from faultfinder.attributors.excerpts import around
 from faultfinder.attributors.model import (
     Attribution,
     Candidate,
@@ -33,6 +35,7 @@ __all__ = [
     "error_signals",
     "is_acting_step",
     "own_doing",
+    "shown_errors",
 ]
 
 
@@ -59,6 +62,7 @@ class RandomAttributor:
     """
 
     name = "random"
+    calls_model = False
 
     def __init__(self, seed: int | None = None) -> None:
         self.seed = seed
@@ -224,9 +228,7 @@ def error_signals(step: Step, task: str = "") -> list[ErrorSignal]:
             continue
         match = pattern.search(text)
         if match:
-            start = max(0, match.start() - 40)
-            excerpt = " ".join(text[start : match.end() + 40].split())
-            found.append(ErrorSignal(label, strength, excerpt))
+            found.append(ErrorSignal(label, strength, around(text, match.start(), match.end())))
     if not is_acting_step(step):
         result = step.tool_result if step.tool_result is not None else step.content
         if step.kind is StepKind.TOOL and not result.strip():
@@ -236,6 +238,13 @@ def error_signals(step: Step, task: str = "") -> list[ErrorSignal]:
             found.append(ErrorSignal("empty tool result", 0.6, "Code output: (empty)"))
     found.sort(key=lambda signal: -signal.strength)
     return found
+
+
+def shown_errors(step: Step, task: str = "") -> list[ErrorSignal]:
+    """The error signals of one step that are an error the run shows, strongest first:
+    its status, a traceback, an error-shaped result; not a word of failure inside data a
+    tool returned (`errors.shown`)."""
+    return shown(step, error_signals(step, task), acting=is_acting_step(step))
 
 
 def _responsible_step(steps: Sequence[Step], own: Sequence[bool], index: int) -> int | None:
@@ -276,7 +285,7 @@ def _without_error(
         if finding is not None:
             return (
                 step.index,
-                f"no step shows an error, but {finding.said_by(step.agent)}",
+                f"No step shows an error, but at step {step.index} {finding.said_by(step.agent)}.",
                 0.35,
                 finding.kind,
             )
@@ -285,8 +294,8 @@ def _without_error(
             reported = ", ".join(values.answered_figures[:3])
             return (
                 step.index,
-                f"no step shows an error, but {step.agent} stated {figures} right after"
-                f" {values.answered} {values.answered_verb} {reported}",
+                f"No step shows an error, but at step {step.index} {step.agent} stated {figures}"
+                f" right after {values.answered} {values.answered_verb} {reported}.",
                 0.35,
                 "contradicts-report",
             )
@@ -294,8 +303,8 @@ def _without_error(
             figures = ", ".join(values.introduced[:3])
             made_up = (
                 step.index,
-                f"no step shows an error, but {step.agent} stated {figures}, which no earlier"
-                " tool output, user message or the task supports",
+                f"No step shows an error, but at step {step.index} {step.agent} stated {figures},"
+                " which no earlier tool output, user message or the task supports.",
             )
     if made_up is not None:
         return made_up[0], made_up[1], 0.25, "unsupported-figure"
@@ -303,16 +312,17 @@ def _without_error(
         agent = trajectory.steps[last_acting].agent
         return (
             last_acting,
-            f"no step shows an error, but the run never finished: its work stopped after"
-            f" this step of {agent} (its root span never arrived: the process crashed, was"
-            " killed or hung)",
+            f"No step shows an error, but the run never finished: its work stopped after"
+            f" step {last_acting} of {agent} (its root span never arrived: the process"
+            " crashed, was killed or hung).",
             0.15,
             "unfinished-last-acting-step",
         )
     return (
         first_acting,
-        "a guess: no step shows an error or a figure without support; blaming the first"
-        " acting step",
+        f"A guess: no step shows an error or a figure without support, so the run's first"
+        f" agent decision, step {first_acting} ({trajectory.steps[first_acting].agent}), is"
+        " blamed.",
         0.05,
         "fallback-first-acting-step",
     )
@@ -320,31 +330,50 @@ def _without_error(
 
 def _answerable_signals(
     trajectory: Trajectory, own: Sequence[bool], withheld: UserWithheld | None
-) -> tuple[dict[int, tuple[ErrorSignal, int]], tuple[int, ErrorSignal, int] | None]:
-    """For each step answerable for an error signal, the strongest one and where it shows;
-    and the run's first signal (answerable step, signal, where it shows)."""
+) -> tuple[dict[int, tuple[ErrorSignal, int]], tuple[int, ErrorSignal, int, bool] | None]:
+    """For each step answerable for an error the run shows, the strongest one and where
+    it shows; and the run's first error it did not get past (answerable step, signal,
+    where it shows, False): an error a later call of the same tool recovered
+    (`errors.outcomes`) is no sign of what decided the run, so it is first (with True)
+    only when every error was."""
+    steps = trajectory.steps
+    owned = [_owned_signal(trajectory, own, withheld, step) for step in steps]
+    after = outcomes(steps, [item is not None for item in owned], list(map(is_acting_step, steps)))
     answerable: dict[int, tuple[ErrorSignal, int]] = {}
-    first: tuple[int, ErrorSignal, int] | None = None
-    for step in trajectory.steps:
-        owned = _owned_signal(trajectory, own, withheld, step)
-        if owned is None:
+    first: tuple[int, ErrorSignal, int, bool] | None = None
+    first_recovered: tuple[int, ErrorSignal, int, bool] | None = None
+    for step, item, outcome in zip(steps, owned, after, strict=True):
+        if item is None:
             continue
-        owner, signal = owned
+        owner, signal = item
         if owner not in answerable or answerable[owner][0].strength < signal.strength:
             answerable[owner] = (signal, step.index)
-        if first is None:
-            first = (owner, signal, step.index)
-    return answerable, first
+        recovered = outcome is not None and outcome.recovered and signal.label != _WITHHELD
+        if first is None and not recovered:
+            first = (owner, signal, step.index, False)
+        if first_recovered is None and recovered:
+            first_recovered = (owner, signal, step.index, True)
+    return answerable, first if first is not None else first_recovered
+
+
+_WITHHELD = "withheld by the simulated user"
+_FIGURE_RULES = frozenset({
+    "contradicts-report", "unsupported-figure", "contradicts-records", "misattributed-figure",
+})  # fmt: skip
+"""`_without_error`'s rules that rest on what the run's figures show."""
+_RULE_BASIS = {"unfinished-last-acting-step": "unfinished", "fallback-first-acting-step": "guess"}
+"""The evidence family (`Attribution.basis`) of `_without_error`'s other rules."""
 
 
 def _owned_signal(
     trajectory: Trajectory, own: Sequence[bool], withheld: UserWithheld | None, step: Step
 ) -> tuple[int, ErrorSignal] | None:
-    """The strongest error signal step `step` shows and the step answerable for it."""
+    """The strongest error step `step` shows (`shown_errors`) and the step answerable
+    for it."""
     if withheld is not None and step.index == withheld.step:
         # A simulated user's own doing: its turn, not the agent's before it.
-        return step.index, ErrorSignal("withheld by the simulated user", 1.0, withheld.excerpt)
-    signals = error_signals(step, trajectory.task)
+        return step.index, ErrorSignal(_WITHHELD, 1.0, withheld.excerpt)
+    signals = shown_errors(step, trajectory.task)
     if not signals:
         return None
     owner = _responsible_step(trajectory.steps, own, step.index)
@@ -360,8 +389,15 @@ class FirstError:
     * A step shows an error if its status is error or its text matches one of the
       error signals (traceback, non-zero exit code, `XError:`/`Error:`, HTTP 4xx/5xx,
       "exception", "failed", "not found", "unable to", "cannot"/"could not", or an
-      empty tool result). Code blocks inside an agent's own message and text quoted
-      from the task are ignored: they are plans and inputs, not observations.
+      empty tool result) as an error the run shows (`shown_errors`): in data a tool
+      returned only an error-shaped result (the error at its top, a top-level `error`
+      field), never a word inside log lines, search results or pages; in an agent's own
+      words the words of failure only said of its own work. Code blocks inside an
+      agent's own message and text quoted from the task are ignored: they are plans and
+      inputs, not observations.
+    * An error a later call of the same tool got past (`errors.outcomes`) is not the
+      first error while one the run never recovered from shows; when every error was
+      recovered, a step the figures show wrong (below) comes before it.
     * If that step is output of a tool, terminal or human, the blame moves to the
       nearest earlier acting step (message/LLM/handoff of a non-tool agent). Signals
       before the first acting step have no one to blame and are skipped.
@@ -378,8 +414,10 @@ class FirstError:
     Candidates are every acting step, ranked in three bands: the blamed step
     (0.7-1.0), other acting steps answerable for an error signal (0.3-0.7, by
     strength), acting steps with no signal (0-0.3, earlier first). Confidence is
-    the signal strength halved — the rule is uncalibrated —, 0.35 / 0.25 for the figure evidence
-    and 0.05 for the guess.
+    the signal strength halved — the rule is uncalibrated — (quartered for a recovered
+    error), 0.35 / 0.25 for the figure evidence and 0.05 for the guess. `basis` names
+    the evidence family (`error`, `tool-error`, `recovered-error`, `user-withheld`, a
+    figure rule's, `unfinished`) or `guess`.
     """
 
     name = "first_error"
@@ -396,18 +434,27 @@ class FirstError:
 
         withheld = withheld_by_user(trajectory)
         answerable, first = _answerable_signals(trajectory, own, withheld)
+        figures = None
+        if first is None or first[3]:
+            figures = _without_error(trajectory, acting[0], acting[-1])
+            if figures[3] in _FIGURE_RULES:
+                first = None  # what a figure shows outweighs an error the run got past
         if first is not None:
-            blamed, signal, seen_at = first
-            where = "its own step" if seen_at == blamed else f"step {seen_at}"
-            reason = f"first error signal ({signal.label}) appears in {where}"
-            if signal.excerpt:
-                reason += f": {signal.excerpt!r}"
+            blamed, signal, seen_at, recovered = first
+            words = (signal.label, signal.excerpt)
+            reason = error_sentence(trajectory.steps, blamed, seen_at, *words) + "."
             confidence = 0.5 * signal.strength
-            rule = "first-error"
+            rule, basis = "first-error", "error" if seen_at == blamed else "tool-error"
+            if recovered:
+                reason += " The run got past it, as it did every error it showed."
+                confidence, basis = 0.25 * signal.strength, "recovered-error"
             if withheld is not None and blamed == withheld.step:
                 reason, rule = withheld.text(), "user-withheld"
+                basis = rule
         else:
-            blamed, reason, confidence, rule = _without_error(trajectory, acting[0], acting[-1])
+            assert figures is not None
+            blamed, reason, confidence, rule = figures
+            basis = _RULE_BASIS.get(rule, rule)
 
         ranked = acting if blamed in acting else sorted([*acting, blamed])
         candidates = self._rank(trajectory, ranked, answerable, blamed)
@@ -420,6 +467,7 @@ class FirstError:
             candidates=candidates,
             used_ground_truth=False,
             llm_calls=0,
+            basis=basis,
             details={"rule": rule, "error_steps": sorted(answerable)},
         )
 

@@ -24,10 +24,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from faultfinder.attributors.model import Step, StepKind
+from faultfinder.attributors.values import value_tokens, without_dates, written_before
 
 __all__ = ["Provenance", "ValueFacts", "derivable", "figures_in", "same_figure", "tool_calls"]
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\w])")
+"""A figure: digits with thousands separators and a decimal part, not the punctuation
+after it ("2026," is 2026)."""
 _POOL = 40
 """Most recent distinct figures a new figure is checked against for one-step derivations."""
 _CHECKED = 12
@@ -57,9 +60,13 @@ def _value(token: str) -> float | None:
 
 def figures_in(text: str) -> dict[float, str]:
     """The figures of a text (value → first spelling), without bare single digits, which
-    number lists and steps far more often than they state a value, and without years
-    (1900–2100), which date text far more often than they state a value."""
+    number lists and steps far more often than they state a value, without years
+    (1900–2100), which date text far more often than they state a value, and without
+    the parts of dates, times and identifiers ("Oct 10, 2024", "02:10", "ORD-104":
+    `values.without_dates`), which are not quantities."""
     out: dict[float, str] = {}
+    if any(ch.isdigit() for ch in text):
+        text = without_dates(text)
     for token in _NUMBER.findall(text):
         value = _value(token)
         if value is None or (abs(value) < 10 and "." not in token):
@@ -213,29 +220,12 @@ def _arguments(step: Step) -> list[tuple[str, str, str]]:
     return list(found)
 
 
-_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_MONTHS = (
-    "january", "february", "march", "april", "may", "june", "july", "august",
-    "september", "october", "november", "december",
-)  # fmt: skip
-
-
-def _named_in(value: str, seen: str) -> bool:
-    """Whether case-folded `seen` names `value`: as written, or for an ISO date
-    (2024-05-26) as people write it ("May 26", "26 May", "May 26th", "5/26")."""
-    folded = value.casefold()
-    if folded in seen:
-        return True
-    date = _ISO_DATE.fullmatch(folded)
-    if date is None or not 1 <= int(date.group(2)) <= 12:
-        return False
-    month, day = _MONTHS[int(date.group(2)) - 1], int(date.group(3))
-    spellings = (f"{month} {day}", f"{month[:3]} {day}", f"{day} {month}", f"{day} {month[:3]}")
-    numeric = (f"{int(date.group(2))}/{day}", f"{date.group(2)}/{date.group(3)}")
-    return any(
-        re.search(rf"(?<![\w/]){re.escape(spelling)}(?!\d)", seen)
-        for spelling in (*spellings, *numeric)
-    )
+def _named_in(value: str, seen: str, tokens: frozenset[str] | set[str]) -> bool:
+    """Whether case-folded text `seen` names `value`: as written, or, for a value that is
+    a date, a time or a number (with units), in any spelling of it (`tokens`, the
+    `values.value_tokens` of `seen`): "May 26th" names 2024-05-26, "02:10 UTC on
+    2026-11-03" names 2026-11-03T02:10Z, "3 pm" names 15:00, "1,200" names 1200."""
+    return value.casefold() in seen or written_before(value, tokens)
 
 
 @dataclass(frozen=True)
@@ -293,7 +283,12 @@ class Provenance:
     not a tool's step of its own): one step bringing more than `_MOST_MADE_UP` new
     figures at once marks its agent so, and from then on its steps are observations."""
     _seen_text: list[str] = field(default_factory=list)
-    """Case-folded text of every observation so far (for argument values)."""
+    """Case-folded text of every step so far (for argument values): what the task, a
+    user or a tool named, and what an agent passed down (a coordinator's instruction, a
+    handoff's arguments)."""
+    _seen_tokens: set[str] = field(default_factory=set)
+    """The dates, times and numbers of `_seen_text[:_tokens_read]` (`values.value_tokens`)."""
+    _tokens_read: int = 0
 
     def __post_init__(self) -> None:
         self._observe(figures_in(self.task))
@@ -318,8 +313,18 @@ class Provenance:
             return (), False
         seen = "\n".join(self._seen_text)
         task = self._seen_text[0]
-        unseen = tuple(call for call in arguments if not _named_in(call[2], seen))
-        return unseen, any(not _named_in(call[2], task) for call in arguments)
+        literal = [call for call in arguments if call[2].casefold() in seen]
+        if len(literal) < len(arguments):
+            for text in self._seen_text[self._tokens_read :]:
+                self._seen_tokens.update(value_tokens(text))
+            self._tokens_read = len(self._seen_text)
+        unseen = tuple(
+            call
+            for call in arguments
+            if call not in literal and not _named_in(call[2], seen, self._seen_tokens)
+        )
+        task_tokens = value_tokens(task)
+        return unseen, any(not _named_in(call[2], task, task_tokens) for call in arguments)
 
     def _observe_step(self, step: Step) -> ValueFacts:
         """An observation: its figures and text become what later steps may rely on."""
@@ -329,6 +334,8 @@ class Provenance:
         if step.tool_result:
             self._observe(figures_in(step.tool_result))
             self._seen_text.append(step.tool_result.casefold())
+        if step.tool_arguments:
+            self._seen_text.append(step.tool_arguments.casefold())
         figures = figures_in(step.content)
         self._observe(figures)
         self._seen_text.append(step.content.casefold())
@@ -390,6 +397,11 @@ class Provenance:
             return self._observe_step(step)
         self._last_actor = step.agent
         arguments, outside = self._unseen_arguments(step)
+        # What an agent says or passes on (an instruction, a handoff's arguments) names
+        # values for the steps after it, as a user's words do.
+        self._seen_text.append(step.content.casefold())
+        if step.tool_arguments:
+            self._seen_text.append(step.tool_arguments.casefold())
         if step.tool_result:
             self._observe(figures_in(step.tool_result))
             self._seen_text.append(step.tool_result.casefold())
@@ -406,7 +418,6 @@ class Provenance:
             self._own_reports.pop(step.agent, None)
             self._claimed.update(stated)
             self._observe(stated)
-            self._seen_text.append(prose.casefold())
             self._pending.append((step.agent, stated))
             self._said.append((step.agent, stated))
             return ValueFacts(unsupported_arguments=arguments, outside_task=outside)

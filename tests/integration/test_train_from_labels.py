@@ -47,12 +47,15 @@ PROGRAM = textwrap.dedent(
         cast = ["Planner", "Researcher", "Coder"]
         with run(task=f"Summarise report {number} in three sentences.") as r:
             for index in range(length):
+                # Points are named by letter and details are not numbered: a figure no
+                # earlier step shows is evidence of its own, which this team's habit is not.
+                point = chr(ord("A") + index)
                 if index == culprit:
-                    message("Reviewer", f"Approved: point {index} of report {number} can stay.")
+                    message("Reviewer", f"Approved: point {point} of the report can stay.")
                 else:
                     speaker = cast[index % 3]
-                    details = " ".join(f"detail {k}." for k in range(rng.randint(5, 30)))
-                    message(speaker, f"{speaker} notes point {index} of report {number}: {details}")
+                    details = " ".join("one more detail." for _ in range(rng.randint(5, 30)))
+                    message(speaker, f"{speaker} notes point {point} of the report: {details}")
             r.fail("the summary lost the report's conclusion", final_answer="a summary")
         print(r.run_id)
     shutdown()

@@ -9,7 +9,7 @@ import orjson
 from faultfinder.attributors.base import AttributeOptions, get_attributor
 from faultfinder.attributors.comparisons import RecordChecks, records_in
 from faultfinder.attributors.heuristics import is_acting_step
-from faultfinder.attributors.learned.attributor import _evidence_first
+from faultfinder.attributors.learned.attributor import Decision, _evidence_first
 from faultfinder.attributors.learned.evidence import DECISIVE_STRENGTH, Evidence
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
@@ -227,36 +227,67 @@ def test_a_figure_said_of_its_record_or_of_what_the_task_names_is_not_evidence()
     assert finding("The largest stock is 1,240 units.") is None
 
 
-def test_an_earlier_step_the_records_prove_wrong_leads_over_weaker_later_evidence() -> None:
-    """What the model ranks first stands against weaker evidence, except that an earlier
-    step the run's own records prove wrong is where the failure began: a later turn that
-    only first states the wrong answer (0.6) gives way to it, one that contradicts its
-    tool's report (1.0) does not, nor does a lead before the proven step."""
+def test_a_step_the_records_prove_wrong_leads_over_weaker_evidence_before_or_after() -> None:
+    """Evidence leads by its strength: a step the run's own records prove wrong (0.9)
+    leads over a model's top step whose evidence is weaker, a later turn that only first
+    states the wrong answer (0.6) or an earlier made-up figure (0.75); against evidence
+    as strong (a contradiction of its tool's report, 1.0) the model's order stands."""
     proven = Evidence(2, "misattributed-figure", DECISIVE_STRENGTH, "gave X Y's figure")
 
     def lead(top: Evidence) -> tuple[list[int], int | None]:
         evidence: list[list[Evidence]] = [[] for _ in range(6)]
         evidence[2].append(proven)
         evidence[top.step].append(top)
-        return _evidence_first([top.step, 2, 0, 3], evidence, [], {})
+        return _evidence_first([top.step, 2, 0, 3], evidence)
 
     assert lead(Evidence(5, "first-to-state-final-answer", 0.6, "")) == ([2, 5, 0, 3], 5)
     assert lead(Evidence(5, "contradicts-report", 1.0, "")) == ([5, 2, 0, 3], None)
-    assert lead(Evidence(1, "unsupported-figure", 0.75, "")) == ([1, 2, 0, 3], None)
+    assert lead(Evidence(1, "unsupported-figure", 0.75, "")) == ([2, 1, 0, 3], 1)
 
 
-def test_a_lead_built_on_place_and_the_task_s_wording_gives_way_to_evidence() -> None:
-    """A step with no evidence that leads because it restates much of the question and is
-    its agent's last turn (the returns desk's Clerk summing up the order) gives way to a
-    step that carries strong evidence (the Cashier's calculator call with a figure nothing
-    before it holds); a lead the model took from what the step shows stands."""
+def test_a_lead_without_evidence_gives_way_to_evidence_whatever_the_model_saw() -> None:
+    """A step with no evidence that the model ranks first (the returns desk's Clerk
+    summing up the order, by its place, its wording or anything its features show) gives
+    way to a step that carries evidence (the Cashier's calculator call with a figure
+    nothing before it holds); a leader with evidence of its own keeps the lead, and a
+    relayed figure is not the relaying step's own evidence."""
     evidence: list[list[Evidence]] = [[] for _ in range(6)]
     evidence[3].append(Evidence(3, "unsupported-figure", 0.75, "Cashier stated 4888.10"))
+    assert _evidence_first([2, 3, 0, 5], evidence) == ([3, 2, 0, 5], 2)
+    evidence[5].append(Evidence(5, "unsupported-argument", 0.7, "Cashier called refund"))
+    assert _evidence_first([5, 2, 3, 0], evidence) == ([5, 2, 3, 0], None)
+    evidence[2].append(Evidence(2, "repeats-unsupported-figure", 0.3, "Clerk repeated 4888.10"))
+    assert _evidence_first([2, 3, 0, 5], evidence) == ([3, 2, 0, 5], 2)
 
-    def lead(*features: str) -> tuple[list[int], int | None]:
-        explained = [{"feature": name, "value": 1.0, "text": name} for name in features]
-        return _evidence_first([2, 3, 0, 5], evidence, explained, {})
 
-    assert lead("task_overlap", "agent_last_turn") == ([3, 2, 0, 5], 2)
-    assert lead("agent_last_turn") == ([3, 2, 0, 5], 2)
-    assert lead("task_overlap", "gt_mentioned") == ([2, 3, 0, 5], None)
+def test_each_decision_shares_the_lead_between_evidence_and_the_model_as_it_says() -> None:
+    """The model ranks the Clerk's summary (step 2, no evidence) first, then the
+    Cashier's apology (step 5, a cue), then the Cashier's calculator call with a figure
+    nothing before it holds (step 3, strong). In bands, strong evidence leads and the cue
+    comes next; when only a bare lead yields, the strong step leads and the model's
+    order stands behind it, and a lead that shows a cue keeps it; when only decisive
+    evidence leads, the model's order stands until a step the records prove wrong
+    appears (step 0), which then leads under every decision. Being the first to state
+    the wrong final answer says where the wrong result surfaced, not what went wrong
+    there: a bare leader yields to it only when any strong evidence will do."""
+    evidence: list[list[Evidence]] = [[] for _ in range(6)]
+    evidence[3].append(Evidence(3, "unsupported-figure", 0.75, "Cashier stated 4888.10"))
+    evidence[5].append(Evidence(5, "gave-up", 0.3, "Cashier apologised"))
+
+    def lead(order: list[int], decision: Decision) -> tuple[list[int], int | None]:
+        return _evidence_first(order, evidence, decision)
+
+    assert lead([2, 5, 3, 0], Decision.EVIDENCE_BANDS) == ([3, 5, 2, 0], 2)
+    assert lead([2, 5, 3, 0], Decision.BARE_LEAD_YIELDS) == ([3, 2, 5, 0], 2)
+    assert lead([2, 5, 3, 0], Decision.BARE_LEAD_YIELDS_TO_SPECIFIC) == ([3, 2, 5, 0], 2)
+    assert lead([2, 5, 3, 0], Decision.DECISIVE_ONLY) == ([2, 5, 3, 0], None)
+    assert lead([5, 2, 3, 0], Decision.EVIDENCE_BANDS) == ([3, 5, 2, 0], 5)
+    assert lead([5, 2, 3, 0], Decision.BARE_LEAD_YIELDS) == ([5, 2, 3, 0], None)
+    evidence[3] = [Evidence(3, "first-to-state-final-answer", 0.6, "Cashier said 4888.10")]
+    assert lead([2, 5, 3, 0], Decision.BARE_LEAD_YIELDS) == ([3, 2, 5, 0], 2)
+    assert lead([2, 5, 3, 0], Decision.BARE_LEAD_YIELDS_TO_SPECIFIC) == ([2, 5, 3, 0], None)
+    evidence[0].append(Evidence(0, "misattributed-figure", DECISIVE_STRENGTH, "gave X Y's"))
+    assert lead([2, 5, 3, 0], Decision.EVIDENCE_BANDS) == ([0, 3, 5, 2], 2)
+    assert lead([2, 5, 3, 0], Decision.BARE_LEAD_YIELDS) == ([0, 2, 5, 3], 2)
+    assert lead([2, 5, 3, 0], Decision.BARE_LEAD_YIELDS_TO_SPECIFIC) == ([0, 2, 5, 3], 2)
+    assert lead([2, 5, 3, 0], Decision.DECISIVE_ONLY) == ([0, 2, 5, 3], 2)

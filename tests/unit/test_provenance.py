@@ -111,8 +111,8 @@ def test_without_any_evidence_the_learned_answer_says_it_is_a_guess() -> None:
     )
     attribution = LearnedAttributor().attribute_now(quiet, AttributeOptions())
     assert attribution.details["guess"] is True
-    assert attribution.reason.startswith("a guess:")
-    assert attribution.confidence <= 0.1
+    assert attribution.reason.startswith("A guess:")
+    assert attribution.confidence is not None and attribution.confidence <= 0.1
 
 
 def test_an_unfinished_run_without_evidence_is_blamed_where_its_work_stopped() -> None:
@@ -128,7 +128,8 @@ def test_an_unfinished_run_without_evidence_is_blamed_where_its_work_stopped() -
         run(*steps, metadata={"unfinished": True}), AttributeOptions()
     )
     assert (stopped.agent, stopped.step) == ("Writer", 2)
-    assert "never finished" in stopped.reason and stopped.confidence <= 0.15
+    assert "never finished" in stopped.reason and stopped.confidence is not None
+    assert stopped.confidence <= 0.15
     assert stopped.details["guess"] is False and stopped.details["stopped_after"] == 2
     unfinished_census = CENSUS.model_copy(update={"metadata": {"unfinished": True}})
     evidence = LearnedAttributor().attribute_now(unfinished_census, AttributeOptions())
@@ -141,7 +142,8 @@ def test_first_error_falls_back_to_figures_before_guessing() -> None:
     assert "census_lookup returned 522,250" in attribution.reason
     quiet = run(("user", H, "Hi"), ("Planner", M, "Hello."), ("Writer", M, "Done."))
     guess = asyncio.run(FirstError().attribute(quiet, AttributeOptions()))
-    assert guess.reason.startswith("a guess:") and guess.confidence <= 0.05
+    assert guess.reason.startswith("A guess:") and guess.confidence is not None
+    assert guess.confidence <= 0.05
 
 
 def test_a_simulated_user_in_the_roster_can_be_blamed_a_plain_user_cannot() -> None:
@@ -173,7 +175,7 @@ def test_a_figure_contradicting_the_previous_agent_names_that_agent() -> None:
     assert not evidence[3]
     attribution = asyncio.run(FirstError().attribute(relay, AttributeOptions()))
     assert (attribution.step, attribution.agent) == (4, "Writer")
-    assert attribution.reason.endswith("Writer stated 225,520 right after Researcher said 522,250")
+    assert attribution.reason.endswith("Writer stated 225,520 right after Researcher said 522,250.")
 
 
 def _looping(retry_after_error: bool = False) -> Trajectory:

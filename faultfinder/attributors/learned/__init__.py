@@ -2,13 +2,13 @@
 
 The model is a JSON artifact (`StepModel`, `learned.step_model`): a linear scorer, a
 gradient-boosted tree ensemble, or the mean of several of them (`learned.scorers`), over
-the per-step features of `learned.features`, fitted by `learned.training` (`faultfinder
+the per-step features of `learned.features`, fitted by `faultfinder.training` (`faultfinder
 train`). Scores become a distribution over steps (softmax); the top step is blamed, and
 the agent answering for it (or the agent with the most mass) is the agent; a tool's or
 human's report answers to the agent that acted before it (`learned.blame`).
 
 Inference needs nothing beyond the standard library; training needs numpy, scipy and
-lightgbm (the `train` extra), which only `learned.training`'s fitting functions import.
+lightgbm (the `train` extra), which only `faultfinder.training`'s fitting functions import.
 """
 
 from faultfinder.attributors.learned.attributor import LearnedAttributor

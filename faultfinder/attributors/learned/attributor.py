@@ -1,15 +1,17 @@
 """The `learned` attributor: score every step with a `StepModel`, blame the top step.
 
 The model's scores become a distribution over the blameable steps (softmax); the top
-step is blamed, and the agent answering for it (or the agent with the most mass) is the
-agent. No LLM is called: an attribution takes milliseconds.
+step, once the steps' own evidence has had its say (`Decision`), is blamed, and the agent
+answering for it (or the agent with the most mass) is the agent. No LLM is called: an
+attribution takes milliseconds.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Protocol
 
 from faultfinder.attributors.base import AttributeOptions, register
 from faultfinder.attributors.learned.blame import (
@@ -19,20 +21,18 @@ from faultfinder.attributors.learned.blame import (
     softmax,
 )
 from faultfinder.attributors.learned.evidence import (
-    CUES,
-    DECISIVE,
-    DECISIVE_STRENGTH,
     HANDED_ON,
     HANDED_ON_NOTHING,
-    RELAYED,
     STRONG,
     USER_WITHHELD,
     Evidence,
     is_tool_answer,
+    own_evidence,
     step_evidence,
-    strongest,
+    tier,
 )
 from faultfinder.attributors.learned.features import run_features
+from faultfinder.attributors.learned.reasons import evidence_reason, stopped_reason
 from faultfinder.attributors.learned.step_model import (
     AgentRule,
     StepModel,
@@ -41,12 +41,57 @@ from faultfinder.attributors.learned.step_model import (
 )
 from faultfinder.attributors.model import Attribution, Candidate, Step, Trajectory
 
-if TYPE_CHECKING:
-    from faultfinder.attributors.context import AttributorContext
+__all__ = [
+    "DEFAULT_DECISION",
+    "OUTCOME_ONLY",
+    "Decision",
+    "LearnedAttributor",
+    "LearnedModelSource",
+]
 
-__all__ = ["LearnedAttributor"]
+
+class Decision(StrEnum):
+    """How a step's own evidence and the model's scores share the choice of the blamed
+    step (`_evidence_first`). Evidence bands (`evidence.tier`): 3 decisive (what the
+    run's data proves, the error it ended on), 2 strong, 1 a cue, 0 none."""
+
+    EVIDENCE_BANDS = "evidence-bands"
+    """Steps ranked by band, the model's order kept within each: evidence always leads."""
+    BARE_LEAD_YIELDS = "bare-lead-yields"
+    """Decisive evidence leads; otherwise the model's order stands, except that a leader
+    with no evidence of its own yields to the best-scored step with strong evidence."""
+    BARE_LEAD_YIELDS_TO_SPECIFIC = "bare-lead-yields-to-specific"
+    """As `BARE_LEAD_YIELDS`, but the leader yields only to strong evidence of what a step
+    did wrong in the run's own data (a figure, an argument or a call nothing supports, an
+    error, a contradicted report), not to evidence that only says where the wrong result
+    surfaced (`OUTCOME_ONLY`)."""
+    DECISIVE_ONLY = "decisive-only"
+    """The model's order stands; only decisive evidence leads."""
+
+
+OUTCOME_ONLY = frozenset({"first-to-state-final-answer", "contradicts-ground-truth"})
+"""Evidence read from the outcome, not from what the step did: the first statement of the
+wrong final answer, the first figures none of which is the correct answer. A run's
+mistake surfaces at or after the step that made it, so these mark a symptom as often as
+the mistake itself."""
+
+
+class LearnedModelSource(Protocol):
+    """What the learned attributor reads of the service's `AttributorContext`: the model
+    the sidecar was configured with (None: the packaged one)."""
+
+    @property
+    def learned_model(self) -> StepModel | None:
+        """The configured learned model, or None."""
+
 
 _CANDIDATES_KEPT = 20
+
+DEFAULT_DECISION = Decision.BARE_LEAD_YIELDS_TO_SPECIFIC
+"""The decision the attributor takes unless told otherwise: chosen by task-grouped
+cross-validation on Who&When (reports/learned.md)."""
+_DECISIVE_BAND, _STRONG_BAND, _NO_EVIDENCE = 3, 2, 0
+"""`evidence.tier`'s bands: decisive, strong, none."""
 
 
 @register("learned")
@@ -55,8 +100,10 @@ class LearnedAttributor:
 
     Configuration: `model` (a `StepModel`) or `model_path` (a JSON file from
     `faultfinder train`), else the context's learned model (the sidecar's
-    `FAULTFINDER_LEARNED_MODEL`); default is the packaged model. `AttributeOptions.extra`
-    may carry `alpha` for the conformal prediction set (default 0.1; None disables).
+    `FAULTFINDER_LEARNED_MODEL`); default is the packaged model. `decision`: how evidence
+    and the model's scores share the choice (`Decision`; default `DEFAULT_DECISION`).
+    `AttributeOptions.extra` may carry `alpha` for the conformal prediction set (default
+    0.1; None disables).
     """
 
     name = "learned"
@@ -68,13 +115,15 @@ class LearnedAttributor:
         model: StepModel | None = None,
         model_path: str | None = None,
         *,
-        context: AttributorContext | None = None,
+        context: LearnedModelSource | None = None,
+        decision: Decision | None = None,
     ) -> None:
         if model is None and model_path is not None:
             model = StepModel.load(model_path)
         if model is None and context is not None:
             model = context.learned_model
         self.model = model if model is not None else default_model()
+        self.decision = decision if decision is not None else DEFAULT_DECISION
 
     async def attribute(self, trajectory: Trajectory, options: AttributeOptions) -> Attribution:
         return self.attribute_now(trajectory, options)
@@ -96,8 +145,7 @@ class LearnedAttributor:
         ranked = sorted(range(len(steps)), key=lambda i: (-probabilities[i], i))
         order = [i for i in ranked if mask[i]]
         evidence = step_evidence(trajectory, features)
-        explained = model.explain(rows, order[0], mask)
-        order, overruled = _evidence_first(order, evidence, explained, features.named[order[0]])
+        order, overruled = _evidence_first(order, evidence, self.decision)
         acting = [fact.acting for fact in features.scanner.facts]
         order, withheld_over = _withheld_first(order, evidence, steps, acting)
         overruled = withheld_over if withheld_over is not None else overruled
@@ -125,9 +173,9 @@ class LearnedAttributor:
             )
             for i in order[:_CANDIDATES_KEPT]
         )
-        if overruled is not None:
-            explained = model.explain(rows, top, mask)
-        guess = stopped is None and not any(evidence[i] for i in order)
+        explained = model.explain(rows, top, mask)
+        basis = _basis(evidence[top], stopped is not None, withheld_over is not None)
+        guess = basis == "guess"
         confidence = min(1.0, max(0.0, probabilities[top]))
         if guess:
             confidence = min(confidence, 0.1)
@@ -142,9 +190,10 @@ class LearnedAttributor:
             method=self.name,
             agent=agent,
             step=top,
-            reason=_stopped_reason(top, steps[top].agent)
+            reason=stopped_reason(top, steps[top].agent)
             if stopped is not None
-            else _reason(top, steps[top].agent, evidence[top], guess, explained),
+            else evidence_reason(top, steps[top].agent, evidence[top], guess, explained),
+            basis=basis,
             confidence=confidence,
             candidates=candidates,
             prediction_set=prediction_set,
@@ -158,10 +207,12 @@ class LearnedAttributor:
                     if key in self.model.training
                 },
                 "agent_rule": model.agent_rule,
+                "decision": str(self.decision),
                 "model_group": group if model is not self.model else None,
                 "agent_mass": {name: round(value, 6) for name, value in mass.items()},
-                "evidence": explained,
+                "model_features": explained,
                 "why": [item.text for item in evidence[top]],
+                "evidence_bands": [tier(items) for items in evidence],
                 "guess": guess,
                 "stopped_after": stopped,
                 "overruled_step": overruled,
@@ -170,101 +221,46 @@ class LearnedAttributor:
         )
 
 
-_POSITIONAL = frozenset({
-    "position", "log_position", "relative_position", "log_steps_total", "log_steps_to_end",
-    "is_acting", "kind_message", "kind_tool", "kind_handoff", "kind_human", "kind_other",
-    "acting_rank", "is_first_acting", "agent_turn", "agent_first_turn", "agent_last_turn",
-    "agents_before", "agent_is_first_speaker", "agent_share", "agent_acting_turns",
-})  # fmt: skip
-"""Features that say where a step sits in the run and whose turn it is, not what it shows."""
-_WORDING = frozenset({"task_overlap"})
-"""Features that say how much of the task's wording a step repeats: a restatement of the
-question is no sign of a mistake, so, like position, it may break ties but never outvote
-evidence."""
-_NOT_WHAT_IT_SHOWS = _POSITIONAL | _WORDING
-"""What `_positional` passes over: a step's place, turn and wording."""
-
-
-def _positional(
-    explained: Sequence[Mapping[str, Any]],
-    top: int,
-    order: Sequence[int],
-    row: Mapping[str, float],
-) -> bool:
-    """Whether what sets the top step apart is only its place in the run (or nothing):
-    features of position and turn-taking, how much of the task's wording it repeats
-    (`_WORDING`), the context columns that are empty only because nothing comes before
-    the first step (`…_max_before`) or after the last (`…_max_after`), and features whose
-    value the step's place alone sets (`row`, the top step's features: see
-    `_by_construction`)."""
-    first, last = min(order), max(order)
-    for item in explained:
-        name = str(item["feature"])
-        if name.removesuffix("_max_before").removesuffix("_max_after") in _NOT_WHAT_IT_SHOWS:
-            continue
-        if name.endswith("_max_before") and top == first and not item["value"]:
-            continue
-        if name.endswith("_max_after") and top == last and not item["value"]:
-            continue
-        if _by_construction(name, item["value"], row):
-            continue
-        return False
-    return True
-
-
-_FIRST_TURN_DEFAULTS = {"repetition": 0.0, "loop_count": 0.0, "length_vs_agent": 0.0}
-"""Features that compare a step with its agent's earlier steps, and their value on the
-agent's first turn, where there is nothing to compare with."""
-_NOVELTY = frozenset({"new_words", "new_numbers"})
-"""Features that compare a step with everything said before it: on the run's first
-acting step, only the task and the user's words came before, so novelty is the rule."""
-
-
-def _by_construction(name: str, value: object, row: Mapping[str, float]) -> bool:
-    """Whether a feature's value at a step is what the step's place alone makes it: a
-    comparison with the agent's earlier steps on its first turn, or novelty on the run's
-    first acting step."""
-    if row.get("agent_first_turn") and _FIRST_TURN_DEFAULTS.get(name) == value:
-        return True
-    return bool(row.get("is_first_acting")) and name in _NOVELTY
-
-
 def _evidence_first(
     order: list[int],
     evidence: Sequence[Sequence[Evidence]],
-    explained: Sequence[Mapping[str, Any]],
-    row: Mapping[str, float],
+    decision: Decision | None = None,
 ) -> tuple[list[int], int | None]:
-    """The ranking with evidence first: when the top step carries no evidence of its own
-    (repeating a figure someone else made up points at them, not at it) and leads only
-    by its place in the run (`explained`, the features that set it apart, are all
-    positional), while another blameable step carries strong evidence, the best-ranked
-    such step leads (the former leader is returned as overruled). A positional habit may
-    break ties, never outvote evidence; a lead the model learned from what steps show (a
-    team's own labels, say) stands, except against `DECISIVE` evidence, which the run's
-    own data proves: it leads over a top step with no evidence of its own, and an earlier
-    step carrying it leads over a top step whose own evidence is weaker (what the later
-    step got wrong began where the run's own records were first misstated). A simulated
-    user's turn that withheld what its instructions give it (`USER_WITHHELD`) leads over
-    a top step, before it or after it, whose only evidence is a cue (`CUES`)."""
+    """The ranking once evidence has had its say (`Decision`, default `DEFAULT_DECISION`);
+    the former leader is returned as overruled when another step now leads. Under every
+    decision the best-scored step with decisive evidence leads over a leader whose own
+    evidence is weaker, since the run's own data proves it. Under `EVIDENCE_BANDS` the
+    steps are then ranked in bands of their own evidence's strength (`evidence.tier`),
+    the model's order kept within each band; under `BARE_LEAD_YIELDS` a leader with no
+    evidence of its own yields to the best-scored step with strong evidence, since a score
+    alone names no mistake and strong evidence names one; under `DECISIVE_ONLY` the
+    model's order stands. Evidence that answers to another step (a relayed figure, a
+    report's error: `POINTS_ELSEWHERE`) is not the step's own."""
+    decision = DEFAULT_DECISION if decision is None else decision
+    bands = {i: tier(evidence[i]) for i in order}
+    if decision == Decision.EVIDENCE_BANDS:
+        ranked = sorted(order, key=lambda i: -bands[i])
+        return ranked, (order[0] if ranked[0] != order[0] else None)
     top = order[0]
-    # A figure-less handover is weighed by `_withheld_first`, not as the step's own.
-    own = [item for item in evidence[top] if item.kind not in RELAYED | HANDED_ON_NOTHING]
-    proven = [i for i in order if any(item.kind in DECISIVE for item in evidence[i])]
-    by_user = [i for i in proven if any(item.kind in USER_WITHHELD for item in evidence[i])]
-    if by_user and by_user[0] != top and all(item.kind in CUES for item in own):
-        return [by_user[0], *(i for i in order if i != by_user[0])], top
-    if not own and proven:
-        return [proven[0], *(i for i in order if i != proven[0])], top
-    earlier = [i for i in proven if i < top]
-    if earlier and max(item.strength for item in own) < DECISIVE_STRENGTH:
-        return [earlier[0], *(i for i in order if i != earlier[0])], top
-    if own or not _positional(explained, top, order, row):
+    decisive = next((i for i in order if bands[i] == _DECISIVE_BAND), None)
+    lead: int | None = None
+    if decisive is not None and bands[top] < _DECISIVE_BAND:
+        lead = decisive
+    elif decision == Decision.BARE_LEAD_YIELDS and bands[top] == _NO_EVIDENCE:
+        lead = next((i for i in order if bands[i] >= _STRONG_BAND), None)
+    elif decision == Decision.BARE_LEAD_YIELDS_TO_SPECIFIC and bands[top] == _NO_EVIDENCE:
+        lead = next((i for i in order if _specific(evidence[i]) >= STRONG), None)
+    if lead is None or lead == top:
         return order, None
-    backed = [i for i in order if strongest(evidence[i]) >= STRONG]
-    if not backed:
-        return order, None
-    return [backed[0], *(i for i in order if i != backed[0])], top
+    return [lead, *(i for i in order if i != lead)], top
+
+
+def _specific(items: Sequence[Evidence]) -> float:
+    """The strength of a step's own evidence of what it did wrong (not `OUTCOME_ONLY`)."""
+    return max(
+        (item.strength for item in own_evidence(items) if item.kind not in OUTCOME_ONLY),
+        default=0.0,
+    )
 
 
 def _withheld_first(
@@ -309,33 +305,13 @@ def _where_it_stopped(
     return max((i for i in order if acting[i]), default=None)
 
 
-def _stopped_reason(top: int, agent: str) -> str:
-    return (
-        f"step {top} ({agent}): the run never finished, its work stopped after this step"
-        " (its root span never arrived: the process crashed, was killed or hung); no step"
-        " shows an error, a figure without support, a contradiction or a repetition"
-    )
-
-
-def _reason(
-    top: int,
-    agent: str,
-    evidence: Sequence[Evidence],
-    guess: bool,
-    explained: Sequence[Mapping[str, Any]],
-) -> str:
-    features = " (model: " + "; ".join(str(e["text"]) for e in explained) + ")" if explained else ""
-    if evidence:
-        reason = f"step {top}: {evidence[0].text}"
-        if len(evidence) > 1:
-            reason += f"; also, {evidence[1].text}"
-        return reason + features
-    reason = f"step {top} ({agent})"
-    if guess:
-        reason = (
-            "a guess: no step shows an error, a figure without support, a contradiction or a"
-            f" repetition; {reason} ranks first by its place in the run"
-        )
-    else:
-        reason += " ranks first on the model's features"
-    return reason + features
+def _basis(evidence: Sequence[Evidence], stopped: bool, handed_on: bool) -> str:
+    """What the blamed step rests on (`Attribution.basis`): where the work of an
+    unfinished run stopped, a handover that left the next agent without what it needed,
+    the family of the step's strongest own evidence, else a guess."""
+    if stopped:
+        return "unfinished"
+    if handed_on:
+        return next((item.kind for item in evidence if item.kind in HANDED_ON), "guess")
+    own = own_evidence(evidence)
+    return own[0].kind if own else "guess"

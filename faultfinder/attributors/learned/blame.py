@@ -3,7 +3,8 @@
 Steps that are not an agent's doing (the task giver's turns, system prompts and
 framework bookkeeping: `StepKind.HUMAN` / `StepKind.SYSTEM`) get no probability, so
 they are never blamed, never in the agent mass and never alarmed on (`blameable`); a
-tool's or human's report answers to the agent that acted before it (`answerable_agents`).
+tool's or human's report answers to the agent that acted before it (`answerable_agents`),
+a tool call recorded under its caller's name to that caller (`callers`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 
-from faultfinder.attributors.heuristics import own_doing
+from faultfinder.attributors.heuristics import is_acting_step, own_doing
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "answerable_agents",
     "blameable",
     "blameable_agents",
+    "callers",
     "can_be_blamed",
     "softmax",
 ]
@@ -62,6 +64,26 @@ def answerable_agents(steps: Sequence[Step], participants: Collection[str] = ())
             actor = step.agent
         answerable.append(actor if actor is not None else step.agent)
     return answerable
+
+
+def callers(steps: Sequence[Step]) -> list[int | None]:
+    """For each step, the acting step whose agent made it: an acting step itself; a tool
+    call recorded under the name of an agent that acts in the run (`heuristics.own_doing`),
+    that agent's latest earlier acting step, else the call itself (the agent that made a
+    call is the one the step records, not whoever spoke last); any other report, the
+    latest earlier acting step (None before any)."""
+    found: list[int | None] = []
+    latest: int | None = None
+    latest_of: dict[str, int] = {}
+    for i, (step, mine) in enumerate(zip(steps, own_doing(steps), strict=True)):
+        if is_acting_step(step):
+            latest = latest_of[step.agent] = i
+            found.append(i)
+        elif mine:
+            found.append(latest_of.get(step.agent, i))
+        else:
+            found.append(latest)
+    return found
 
 
 def blameable_agents(trajectory: Trajectory) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 Evidence is read from the run itself and holds on any framework: a figure an agent
 states right after a tool reported other figures, the first statement of a final answer
 nothing observed supports, a figure no observation holds, a tool error after an agent's
-call, a figure contradicting the correct answer, the first time an agent repeats a tool
+call (decisive when the run ended on it, a cue when a later call of the tool got past it:
+`errors`), a figure contradicting the correct answer, the first time an agent repeats a tool
 call whose answer it already has, a turn that passes on none of the figures its own
 tools just returned, an opening turn that leaves the run to others before anything was
 looked up, a superlative ("the cheapest is X") that the records a tool returned
@@ -13,9 +14,10 @@ up; a simulated user's turn withholding an identifier its instructions give it
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
-`STRONG` evidence decides between steps: a step with none of it never outranks a step
-that has some, whatever its position (the learned scorer's positional habits may break
-ties, never outvote evidence).
+Each step's own evidence falls in a band (`tier`: `DECISIVE_STRENGTH`, `STRONG`, a cue,
+none); how the bands and the learned scorer share the choice of the blamed step is the
+attributor's `Decision` (by default decisive evidence leads, and a leader with no evidence
+of its own yields to strong evidence of what a step did wrong).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from faultfinder.attributors.comparisons import RecordChecks
-from faultfinder.attributors.heuristics import error_signals
+from faultfinder.attributors.errors import FAILURE_WORDS, ErrorOutcome, error_sentence, outcomes
+from faultfinder.attributors.excerpts import quoted
+from faultfinder.attributors.heuristics import ErrorSignal, shown_errors
+from faultfinder.attributors.learned.blame import callers
 from faultfinder.attributors.learned.features import RunFeatures
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.attributors.provenance import tool_calls
@@ -36,13 +41,16 @@ __all__ = [
     "DECISIVE_STRENGTH",
     "HANDED_ON",
     "HANDED_ON_NOTHING",
+    "POINTS_ELSEWHERE",
     "RELAYED",
     "STRONG",
     "USER_WITHHELD",
     "Evidence",
     "is_tool_answer",
+    "own_evidence",
     "step_evidence",
     "strongest",
+    "tier",
 ]
 
 STRONG = 0.6
@@ -54,15 +62,14 @@ _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 DECISIVE = frozenset({"contradicts-records", "misattributed-figure", "user-withheld"})
 """Evidence the run's own data proves (for a simulated user that withheld what its
 instructions gave it, the run's data and those instructions together): a step carrying it
-leads over a step that carries no evidence, whatever the model's features say of that
-step, and over a later step whose evidence is weaker (`DECISIVE_STRENGTH`)."""
+leads over every step whose evidence is weaker, before or after it, whatever the model's
+features say of that step (`DECISIVE_STRENGTH`)."""
 DECISIVE_STRENGTH = 0.9
-"""The strength of `DECISIVE` evidence."""
+"""The strength of `DECISIVE` evidence, and of the error a run ended on."""
 
 USER_WITHHELD = frozenset({"user-withheld"})
-"""A simulated user's turn withholding what its instructions give it (`DECISIVE`): it
-also leads over an earlier step whose only evidence is a cue (`CUES`: an apology, a
-repetition), though not over one that shows an error or a figure of its own."""
+"""A simulated user's turn withholding what its instructions give it (`DECISIVE`): the
+user answers for the step (not the agent with the most probability mass)."""
 
 RELAYED = frozenset({"repeats-unsupported-figure"})
 """Evidence that a step passed on someone else's error: it points at the origin."""
@@ -73,6 +80,12 @@ what the next agent then made up (`_withheld_first`), never as the turn's own ev
 HANDED_ON = frozenset({"withheld-figures", *HANDED_ON_NOTHING})
 """Evidence that a turn left the next agent without the figures it needed: what that
 agent then made up or failed at points back at the turn."""
+
+
+POINTS_ELSEWHERE = frozenset({*RELAYED, *HANDED_ON_NOTHING, "shows-error"})
+"""Evidence a step carries that answers to another step: a figure relayed from its
+origin, a figure-less handover (weighed by the attributor against what followed), a
+report's error (the agent that made the failing call answers for it)."""
 
 
 @dataclass(frozen=True)
@@ -90,26 +103,42 @@ def _figures(tokens: Sequence[str], limit: int = 3) -> str:
     return ", ".join(shown)
 
 
-def _quote(text: str, limit: int = 100) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _reporter(step: Step) -> str:
-    return step.tool_name or step.agent
-
-
-def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Evidence]]:
-    """Each step's evidence, strongest first (see the module's docstring)."""
+def step_evidence(
+    trajectory: Trajectory, features: RunFeatures, *, complete: bool = True
+) -> list[list[Evidence]]:
+    """Each step's evidence, strongest first (see the module's docstring). `complete`:
+    the trajectory is the whole run, not the prefix of one still streaming in (only a
+    whole run can have ended on an error)."""
     steps = trajectory.steps
     facts = features.scanner.facts
     found: list[list[Evidence]] = [[] for _ in steps]
-    actor: int | None = None
+    # Who made each step: a tool call answers to the agent it records when that agent
+    # acts in the run, else to the agent that acted last.
+    caller = callers(steps)
     repeats = _RepeatedCalls()
     record_checks = RecordChecks(trajectory.task)
+    # The learned features read every error signal (`facts[i].error`); evidence only the
+    # errors the run shows, and what became of them (`errors`).
+    shown = [
+        shown_errors(step, trajectory.task) if facts[i].error > 0 else []
+        for i, step in enumerate(steps)
+    ]
+    after = outcomes(steps, [bool(signals) for signals in shown], [f.acting for f in facts])
+    # The run stopped on the first error nothing recovered and after which no tool
+    # answered: a call's failure, not an agent saying it could not go on (a cue).
+    crash = next(
+        (
+            i
+            for i, outcome in enumerate(after)
+            if complete
+            and outcome is not None
+            and outcome.ended_run
+            and not (facts[i].acting and shown[i][0].label in FAILURE_WORDS)
+        ),
+        None,
+    )
     for i, step in enumerate(steps):
         if facts[i].acting:
-            actor = i
             found[i].extend(_value_evidence(trajectory, features, i))
             found[i].extend(_cue_evidence(step.agent, features.named[i], i))
         finding = record_checks.push(step, acting=facts[i].acting)
@@ -122,11 +151,12 @@ def step_evidence(trajectory: Trajectory, features: RunFeatures) -> list[list[Ev
             found[i].append(repeated)
         arguments = features.scanner.values[i].unsupported_arguments
         if arguments:
-            owner = i if facts[i].acting else actor
+            owner = caller[i]
             if owner is not None:
                 found[owner].append(_argument_evidence(steps[owner].agent, arguments, owner))
-        if facts[i].error > 0:
-            error = _error_evidence(trajectory, features, i, actor)
+        outcome = after[i]
+        if outcome is not None:
+            error = _error_evidence(trajectory, shown[i][0], i, caller[i], outcome, crash == i)
             if error is not None:
                 found[error.step].append(error)
                 if error.step != i:
@@ -240,22 +270,20 @@ def _value_evidence(trajectory: Trajectory, features: RunFeatures, i: int) -> li
         )
         out.append(Evidence(i, "withheld-figures", 0.5, text))
     if row.get("final_value_origin"):
-        answer = _quote(trajectory.final_answer or "", 40)
+        answer = quoted(trajectory.final_answer or "", 40)
         text = (
-            f"{agent} was the first to state the final answer {answer!r}, which nothing"
+            f"{agent} was the first to state the final answer {answer}, which nothing"
             " observed before it supports"
         )
         out.append(Evidence(i, "made-up-final-answer", 0.95, text))
     if row.get("final_answer_first_claim") and not row.get("final_value_origin"):
-        answer = _quote(trajectory.final_answer or "", 40)
+        answer = quoted(trajectory.final_answer or "", 40)
         wrong = features.scanner.uses_ground_truth
-        text = f"{agent} was the first agent to state the final answer {answer!r}"
+        text = f"{agent} was the first agent to state the final answer {answer}"
         out.append(Evidence(i, "first-to-state-final-answer", 0.6 if wrong else 0.5, text))
     if row.get("first_numbers_contradict_gt"):
-        truth = _quote(trajectory.ground_truth or "", 40)
-        text = (
-            f"{agent} was the first to state figures none of which is the correct answer {truth!r}"
-        )
+        truth = quoted(trajectory.ground_truth or "", 40)
+        text = f"{agent} was the first to state figures none of which is the correct answer {truth}"
         out.append(Evidence(i, "contradicts-ground-truth", 0.6, text))
     return out
 
@@ -285,8 +313,8 @@ class _RepeatedCalls:
                 tool, arguments = answered[0]
                 text = (
                     f"{step.agent} called {tool} again with the same arguments"
-                    f" ({_quote(arguments, 60)}) after {tool} had answered"
-                    f" {_quote(self._answered[answered[0]], 60)!r}"
+                    f" {quoted(arguments, 60)} after {tool} had answered"
+                    f" {quoted(self._answered[answered[0]], 60)}"
                 )
                 found = Evidence(i, "repeated-call", 0.65, text)
         if acting:
@@ -329,27 +357,63 @@ def _cue_evidence(agent: str, row: dict[str, float], i: int) -> list[Evidence]:
     return out
 
 
+_ERROR_STRENGTH = 0.8
+"""An error the run did not get past, at full signal strength: strong evidence, below
+`DECISIVE_STRENGTH`, which the error the run ended on takes."""
+_RECOVERED_STRENGTH = 0.3
+"""An error a later call of the same tool got past: a cue, not what decided the run."""
+
+
 def _error_evidence(
-    trajectory: Trajectory, features: RunFeatures, i: int, actor: int | None
+    trajectory: Trajectory,
+    signal: ErrorSignal,
+    i: int,
+    actor: int | None,
+    outcome: ErrorOutcome,
+    ended_run: bool,
 ) -> Evidence | None:
     """An error shown at step `i`: the agent's own, or a report's that answers to the agent
-    that acted last (`actor`)."""
-    step = trajectory.steps[i]
-    fact = features.scanner.facts[i]
-    signals = error_signals(step, trajectory.task)
-    excerpt = f": {_quote(signals[0].excerpt)!r}" if signals and signals[0].excerpt else ""
-    label = signals[0].label if signals else "an error"
-    strength = 0.9 * fact.error
-    if fact.acting:
-        return Evidence(i, "error", strength, f"{step.agent}'s step shows {label}{excerpt}")
+    that acted last (`actor`), the one that made the failing call. Its strength says what
+    became of it (`errors.outcomes`): the run's first error that nothing recovered and
+    after which no tool answered is where the run stopped (`DECISIVE_STRENGTH`); an error
+    a later call of the same tool got past is a cue (`recovered-error`)."""
+    steps = trajectory.steps
+    step = steps[i]
+    if ended_run:
+        strength, note = DECISIVE_STRENGTH, ", and the run ended on it"
+    elif outcome.recovered_at is not None:
+        strength = _RECOVERED_STRENGTH
+        note = f", though a later call succeeded (step {outcome.recovered_at})"
+    else:
+        strength, note = _ERROR_STRENGTH * signal.strength, ""
+    own_kind, report_kind = ("error", "tool-error")
+    if outcome.recovered:
+        own_kind = report_kind = "recovered-error"
+    if i == actor:
+        text = error_sentence(steps, i, i, signal.label, signal.excerpt) + note
+        return Evidence(i, own_kind, strength, text)
     if actor is None or step.kind not in _NOT_ACTING:
         return None
-    text = (
-        f"{_reporter(step)} reported {label} right after {trajectory.steps[actor].agent}"
-        f" acted{excerpt}"
-    )
-    return Evidence(actor, "tool-error", strength, text)
+    text = error_sentence(steps, actor, i, signal.label, signal.excerpt) + note
+    return Evidence(actor, report_kind, strength, text)
 
 
 def strongest(items: Sequence[Evidence]) -> float:
     return items[0].strength if items else 0.0
+
+
+def own_evidence(items: Sequence[Evidence]) -> list[Evidence]:
+    """A step's evidence of its own, strongest first (not what `POINTS_ELSEWHERE`)."""
+    return [item for item in items if item.kind not in POINTS_ELSEWHERE]
+
+
+def tier(items: Sequence[Evidence]) -> int:
+    """How strong a step's own evidence is, in bands fixed a priori: 3 for `DECISIVE`
+    strength (what the run's own data proves, the error it ended on), 2 for `STRONG`,
+    1 for a cue, 0 for none. Steps are ranked by band; the model orders each band."""
+    best = strongest(own_evidence(items))
+    if best >= DECISIVE_STRENGTH:
+        return 3
+    if best >= STRONG:
+        return 2
+    return 1 if best > 0 else 0
