@@ -1,0 +1,136 @@
+"""Corrected steps for `faultfinder verify`: a reply that says what a candidate step should
+have said, written by the user (`--correction N=TEXT`) or by a model given the task, the
+run up to the step, the step, and the right answer or why the run failed.
+
+A correction of a tool call is the call's arguments as one JSON object (the same tool is
+called with them); any other text replaces the reply's message (no tool call).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from faultfinder.attributors.model import Step, StepKind, Trajectory
+from faultfinder.injection.exchanges import reply_text, reply_tool_calls, with_message
+
+__all__ = ["Corrector", "complete_with", "corrected_reply", "parse_corrections"]
+
+CONTEXT_CHARS = 12_000
+"""The most of the run before the step shown to the corrector (its end is kept)."""
+
+_SYSTEM = (
+    "You correct one step of an AI agent team's run that ended wrong, to test whether that"
+    " step decided the outcome. Write the step as a careful agent in the same role would"
+    " have written it at that point: fix what is wrong in it, keep its style and format, and"
+    " do not do the work of later steps. Reply with the corrected step only."
+)
+
+
+def parse_corrections(values: tuple[str, ...]) -> dict[int, str]:
+    """`N=TEXT` options → step N → TEXT (ValueError names a malformed one)."""
+    found: dict[int, str] = {}
+    for value in values:
+        step, sep, text = value.partition("=")
+        if not sep or not step.strip().isdigit() or not text.strip():
+            raise ValueError(f"--correction {value!r}: expected N=TEXT (N a step index)")
+        found[int(step)] = text.strip()
+    return found
+
+
+def corrected_reply(reply: Mapping[str, Any], correction: str) -> dict[str, Any]:
+    """`reply` saying `correction` instead: new arguments for its tool call when it made
+    one and the correction is a JSON object, else the correction as its message."""
+    calls = reply_tool_calls(reply)
+    if calls:
+        try:
+            arguments = json.loads(correction)
+        except ValueError:
+            arguments = None
+        if isinstance(arguments, dict):
+            first = dict(calls[0])
+            first["function"] = {
+                **(first.get("function") or {}),
+                "arguments": json.dumps(arguments, ensure_ascii=False),
+            }
+            return with_message(reply, reply_text(reply) or None, [first, *calls[1:]])
+    return with_message(reply, correction, None)
+
+
+def _render(step: Step) -> str:
+    if step.kind is StepKind.TOOL:
+        body = step.tool_result or step.content
+    elif step.tool_name:
+        body = f"{step.content}\ncalls tool {step.tool_name} with {step.tool_arguments or '{}'}"
+    else:
+        body = step.content
+    return f"[{step.index}] {step.agent} ({step.kind.value}): {body.strip()}"
+
+
+@dataclass
+class Corrector:
+    """A model that writes the corrected step (`complete(system, user) -> text`)."""
+
+    complete: Callable[[str, str], str]
+
+    def prompt(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
+        before = "\n".join(_render(s) for s in trajectory.steps[:step])[-CONTEXT_CHARS:]
+        target = trajectory.steps[step]
+        if trajectory.ground_truth:
+            known = f"The right final answer is: {trajectory.ground_truth}"
+        else:
+            known = "The run's final answer was judged wrong."
+        calls = reply_tool_calls(reply)
+        if calls:
+            function = calls[0].get("function") or {}
+            shape = (
+                f"The step calls the tool {function.get('name')} with the arguments"
+                f" {function.get('arguments')}. Reply with the corrected arguments as one JSON"
+                " object only (or, if the agent should not call a tool here, with its message)."
+            )
+        else:
+            shape = "Reply with the corrected message only."
+        return (
+            f"The team's task: {trajectory.task}\n{known}\n"
+            f"The run's final answer was: {trajectory.final_answer or '(none)'}\n\n"
+            f"The run up to the step:\n<<<\n{before}\n>>>\n\n"
+            f"The step to correct:\n<<<\n{_render(target)}\n>>>\n\n{shape}"
+        )
+
+    def __call__(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
+        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply)).strip()
+        if text.startswith("```"):
+            text = text.split("\n", 1)[1] if "\n" in text else ""
+            text = text.rsplit("```", 1)[0].strip()
+        return text.replace("<<<", "").replace(">>>", "").strip()
+
+
+def complete_with(
+    upstream: str, *, api_key: str, model: str, temperature: float = 0.0
+) -> Callable[[str, str], str]:
+    """A `complete(system, user)` calling an OpenAI-compatible endpoint (as the injection
+    harness's model-written injector does)."""
+
+    def complete(system: str, user: str) -> str:
+        answer = httpx.post(
+            f"{upstream.rstrip('/')}/chat/completions",
+            headers={"Authorization": f"Bearer {api_key}"},
+            json={
+                "model": model,
+                "messages": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": user},
+                ],
+                "temperature": temperature,
+                "max_tokens": 600,
+            },
+            timeout=600,
+        )
+        answer.raise_for_status()
+        return reply_text(answer.json())
+
+    return complete

@@ -1,0 +1,143 @@
+"""`faultfinder verify`'s pure parts: which model call made a step, which candidates the
+stored attributions name, corrections, a candidate's result, and the `counterfactual`
+attribution the sidecar makes of a verification."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from faultfinder.attributors.model import AttributionStatus, Step, StepKind, Trajectory
+from faultfinder.injection.corrections import corrected_reply, parse_corrections
+from faultfinder.injection.exchanges import Exchange, Recording
+from faultfinder.injection.step_calls import model_calls_of_steps
+from faultfinder.injection.verify import attributed_candidates, candidate_result
+from faultfinder.server.metrics import ServerMetrics
+from faultfinder.server.schemas import VerificationIn
+from faultfinder.server.verifications import counterfactual_attribution
+
+
+def _reply(content: str | None = None, **call: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if call:
+        message["tool_calls"] = [
+            {"id": "c1", "type": "function",
+             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+        ]  # fmt: skip
+    return {"choices": [{"index": 0, "message": message}]}
+
+
+def test_each_step_maps_to_the_model_call_whose_reply_it_shows() -> None:
+    steps = [
+        Step(index=0, agent="user", kind=StepKind.HUMAN, content="Population of Oslo?"),
+        Step(
+            index=1,
+            agent="Coordinator",
+            kind=StepKind.LLM,
+            content='ask_researcher({"question":  "Oslo?"})',
+        ),
+        Step(
+            index=2,
+            agent="Researcher",
+            kind=StepKind.MESSAGE,
+            tool_name="lookup",
+            tool_arguments='{"city": "Oslo"}',
+        ),
+        Step(index=3, agent="Researcher", kind=StepKind.TOOL, content="Oslo has 709,037"),
+        Step(index=4, agent="Researcher", kind=StepKind.MESSAGE, content="Oslo has 709,037."),
+        Step(index=5, agent="Coordinator", kind=StepKind.MESSAGE, content="It is 709,037."),
+    ]
+    recording = Recording(
+        [
+            Exchange({}, _reply(name="ask_researcher", arguments={"question": "Oslo?"})),
+            Exchange({}, _reply(name="lookup", arguments={"city": "Oslo"})),
+            Exchange({}, _reply("Oslo has   709,037.")),
+            Exchange({}, _reply("It is 709,037.")),
+        ]
+    )
+    trajectory = Trajectory(run_id="r", steps=tuple(steps))
+    # The tool's own output (step 3) and the task are made by no model call.
+    assert model_calls_of_steps(trajectory, recording) == {1: 0, 2: 1, 4: 2, 5: 3}
+
+
+def test_candidates_are_the_attributions_top_k_taken_in_turns() -> None:
+    attributions: list[dict[str, Any]] = [
+        {"method": "all_at_once", "status": "ok", "step": 7,
+         "candidates": [{"step": 7}, {"step": 3}, {"step": 9}]},
+        {"method": "learned", "status": "ok", "step": 5, "candidates": [{"step": 3}]},
+        {"method": "random", "status": "failed", "step": None},
+        {"method": "counterfactual", "status": "ok", "step": 2},
+    ]  # fmt: skip
+    assert attributed_candidates(attributions, 2) == [7, 5, 3]
+    assert attributed_candidates(attributions, 1) == [7, 5]
+
+
+def test_a_candidate_flips_when_most_replays_that_reached_it_succeed() -> None:
+    assert candidate_result([{"outcome": "flipped"}, {"outcome": "still_failed"},
+                             {"outcome": "flipped"}]) == "flipped"  # fmt: skip
+    assert candidate_result([{"outcome": "flipped"}, {"outcome": "still_failed"}]) == (
+        "still_failed"
+    )
+    assert candidate_result([{"outcome": "diverged"}]) == "diverged"
+    assert candidate_result([{"outcome": "unmapped"}]) == "unmapped"
+
+
+def test_corrections_replace_a_tool_calls_arguments_or_the_message() -> None:
+    call = _reply(name="ask_researcher", arguments={"question": "x"})
+    fixed = corrected_reply(call, '{"question": "How many people live in Oslo?"}')
+    (made,) = fixed["choices"][0]["message"]["tool_calls"]
+    assert made["function"]["name"] == "ask_researcher"
+    assert json.loads(made["function"]["arguments"]) == {
+        "question": "How many people live in Oslo?"
+    }
+    answered = corrected_reply(call, "Oslo has 709,037 inhabitants.")
+    assert "tool_calls" not in answered["choices"][0]["message"]
+    assert answered["choices"][0]["message"]["content"] == "Oslo has 709,037 inhabitants."
+    assert answered["choices"][0]["finish_reason"] == "stop"
+
+    assert parse_corrections(("7=Oslo has 709,037.", "2={\"city\": \"Oslo\"}")) == {
+        7: "Oslo has 709,037.", 2: '{"city": "Oslo"}'
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="N=TEXT"):
+        parse_corrections(("seven=text",))
+
+
+def test_a_verification_is_an_attribution_of_the_earliest_flipped_step() -> None:
+    verification = VerificationIn.model_validate(
+        {
+            "candidates": [
+                {"step": 7, "agent": "Researcher", "result": "flipped", "replays": 3, "flips": 3},
+                {"step": 5, "agent": "Coder", "result": "still_failed", "replays": 3},
+                {"step": 3, "agent": "Planner", "result": "still_failed", "replays": 3},
+                {"step": 9, "agent": "Coder", "result": "flipped", "replays": 3, "flips": 2},
+                {"step": 1, "agent": "Planner", "result": "diverged"},
+            ]
+        }
+    )
+    answer = counterfactual_attribution(verification)
+    assert answer.method == "counterfactual" and answer.status is AttributionStatus.OK
+    assert (answer.agent, answer.step, answer.confidence) == ("Researcher", 7, 1.0)
+    assert answer.reason == (
+        "correcting step 7 made the run succeed in 3 of 3 replays; correcting later step 9"
+        " did too; correcting steps 3 and 5 did not; step 1 could not be replayed (the"
+        " prefix diverged)"
+    )
+    assert answer.mode is None
+
+    none = counterfactual_attribution(
+        VerificationIn.model_validate(
+            {"candidates": [{"step": 4, "agent": "Coder", "result": "still_failed"}]}
+        )
+    )
+    assert none.status is AttributionStatus.FAILED and none.step is None
+    assert none.reason == "correcting step 4 did not"
+
+
+def test_metrics_count_verified_candidates_by_result() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_verification(["flipped", "still_failed", "still_failed"])
+    text = metrics.exposition().decode()
+    assert 'faultfinder_verifications_total{result="flipped"} 1.0' in text
+    assert 'faultfinder_verifications_total{result="still_failed"} 2.0' in text
