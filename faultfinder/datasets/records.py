@@ -59,7 +59,7 @@ class BenchmarkRecord:
 
 def default_datasets_dir() -> Path:
     """`../shared/datasets` beside the checkout (or the working directory)."""
-    here = Path(__file__).resolve().parents[3]
+    here = Path(__file__).resolve().parents[2]
     for base in (Path.cwd(), here):
         candidate = base.parent / "shared" / "datasets"
         if candidate.is_dir():

@@ -119,8 +119,8 @@ def test_bodies_still_arriving_hold_the_inflight_budget_and_others_are_told_to_r
             httpx.Client(base_url=sidecar.url, timeout=30) as client,
         ):
             sock.sendall(
-                b"POST /v1/traces HTTP/1.1\r\nHost: sidecar\r\n"
-                b"Content-Type: application/x-protobuf\r\n"
+                f"POST /v1/traces HTTP/1.1\r\nHost: {address.netloc}\r\n".encode()
+                + b"Content-Type: application/x-protobuf\r\n"
                 + f"Content-Length: {len(slow.body)}\r\n\r\n".encode()
                 + slow.body[:half]
             )
