@@ -8,10 +8,8 @@ the in-flight byte limit is given back, long before the whole-body timeout.
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -19,6 +17,7 @@ import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
+from tests.integration.raw_http import answer_status, raw_upload
 from tests.integration.sidecar import Sidecar, running_sidecar
 from tests.otlp_helpers import protobuf_body, trajectory_spans
 
@@ -56,31 +55,6 @@ def _grpc_codes(sidecar: Sidecar, count: int) -> list[grpc.StatusCode]:
     return codes
 
 
-@contextmanager
-def _upload(sidecar: Sidecar, head: str) -> Iterator[socket.socket]:
-    host, port = sidecar.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    try:
-        sock.sendall(
-            f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\n"
-            f"Content-Type: application/x-protobuf\r\n{head}\r\n".encode()
-        )
-        yield sock
-    finally:
-        sock.close()
-
-
-def _status(sock: socket.socket) -> int:
-    """The status code of the answer on `sock` (waits for it)."""
-    answer = b""
-    while b"\r\n" not in answer:
-        part = sock.recv(4096)
-        if not part:
-            raise AssertionError(f"connection closed without an answer: {answer!r}")
-        answer += part
-    return int(answer.split(b" ", 2)[1])
-
-
 def _rejected(sidecar: Sidecar) -> dict[str, int]:
     stats = httpx.get(f"{sidecar.url}/api/stats/ingest", timeout=10).json()
     rejected: dict[str, int] = stats["requests_rejected"]
@@ -95,7 +69,7 @@ def test_an_idle_connection_declaring_16_mib_refuses_no_other_export(
     env = {"FAULTFINDER_INGEST_QUEUE_SPANS": "5000", "FAULTFINDER_BODY_PROGRESS_TIMEOUT": "60"}
     with (
         running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
-        _upload(sidecar, f"Content-Length: {16 * MIB}\r\n") as idle,
+        raw_upload(sidecar, f"Content-Length: {16 * MIB}\r\n") as idle,
     ):
         idle.sendall(b"\x0a")  # one byte of the 16 MiB it declared, and then nothing
         time.sleep(0.3)
@@ -114,7 +88,7 @@ def test_a_stalled_upload_is_dropped_and_gives_back_the_inflight_bytes(
     }
     with (
         running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar,
-        _upload(sidecar, f"Content-Length: {2 * MIB}\r\n") as stalled,
+        raw_upload(sidecar, f"Content-Length: {2 * MIB}\r\n") as stalled,
     ):
         stalled.sendall(b"\x00" * MIB)  # the whole in-flight limit, and then nothing
         time.sleep(0.3)
@@ -122,7 +96,7 @@ def test_a_stalled_upload_is_dropped_and_gives_back_the_inflight_bytes(
         assert _http_statuses(sidecar, 1) == [503]
         # ... until a second passes without a byte: the upload gets 408 and lets go.
         started = time.monotonic()
-        assert _status(stalled) == 408
+        assert answer_status(stalled) == 408
         assert time.monotonic() - started < 5
         assert _http_statuses(sidecar, 5) == [200] * 5
         assert _rejected(sidecar).get("body_stalled") == 1
@@ -136,10 +110,10 @@ def test_unfinished_chunked_uploads_are_dropped_by_the_progress_timeout(
     with running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar, ExitStack() as stack:
         uploads = []
         for _ in range(20):
-            sock = stack.enter_context(_upload(sidecar, "Transfer-Encoding: chunked\r\n"))
+            sock = stack.enter_context(raw_upload(sidecar, "Transfer-Encoding: chunked\r\n"))
             sock.sendall(chunk)  # 1 MiB, and the body never ends
             uploads.append(sock)
-        statuses = [_status(sock) for sock in uploads]
+        statuses = [answer_status(sock) for sock in uploads]
         # Those let in stalled and got 408; any refused for the limit on the way got 503.
         assert 408 in statuses and set(statuses) <= {408, 503}, statuses
         assert _rejected(sidecar).get("body_stalled") == statuses.count(408)

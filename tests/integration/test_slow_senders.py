@@ -9,15 +9,14 @@ its 503 and its connection closed.
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
+from tests.integration.raw_http import answer_status, raw_upload
 from tests.integration.sidecar import Sidecar, running_sidecar
 from tests.otlp_helpers import protobuf_body, trajectory_spans
 
@@ -36,31 +35,6 @@ def _normal_request(sidecar: Sidecar) -> httpx.Response:
     )
 
 
-@contextmanager
-def _connection(sidecar: Sidecar, head: str) -> Iterator[socket.socket]:
-    host, port = sidecar.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    try:
-        sock.sendall(
-            f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\n"
-            f"Content-Type: application/x-protobuf\r\n{head}\r\n".encode()
-        )
-        yield sock
-    finally:
-        sock.close()
-
-
-def _status(sock: socket.socket) -> int:
-    """The status code of the answer on `sock` (waits for it)."""
-    answer = b""
-    while b"\r\n" not in answer:
-        part = sock.recv(4096)
-        if not part:
-            raise AssertionError(f"connection closed without an answer: {answer!r}")
-        answer += part
-    return int(answer.split(b" ", 2)[1])
-
-
 def test_slow_senders_declaring_large_bodies_do_not_block_ingest(
     sqlite_database_url: str, tmp_path: Path
 ) -> None:
@@ -70,7 +44,7 @@ def test_slow_senders_declaring_large_bodies_do_not_block_ingest(
     }
     with running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar, ExitStack() as stack:
         slow = [
-            stack.enter_context(_connection(sidecar, f"Content-Length: {16 * MIB}\r\n"))
+            stack.enter_context(raw_upload(sidecar, f"Content-Length: {16 * MIB}\r\n"))
             for _ in range(4)
         ]
         for sock in slow:
@@ -80,7 +54,7 @@ def test_slow_senders_declaring_large_bodies_do_not_block_ingest(
         assert _normal_request(sidecar).status_code == 200
         # Each is answered: 408 once its body is late, or 503 where its declared length
         # would pass the limit next to what the first one sent (then the connection closes).
-        statuses = [_status(sock) for sock in slow]
+        statuses = [answer_status(sock) for sock in slow]
         assert 408 in statuses and set(statuses) <= {408, 503}, statuses
         rejected = httpx.get(f"{sidecar.url}/api/stats/ingest", timeout=10).json()[
             "requests_rejected"
@@ -100,13 +74,13 @@ def test_unfinished_chunked_uploads_are_refused_past_the_inflight_limit(
     with running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar, ExitStack() as stack:
         uploads = []
         for _ in range(6):
-            sock = stack.enter_context(_connection(sidecar, "Transfer-Encoding: chunked\r\n"))
+            sock = stack.enter_context(raw_upload(sidecar, "Transfer-Encoding: chunked\r\n"))
             sock.sendall(chunk)  # 1 MiB, and the body never ends
             uploads.append(sock)
             time.sleep(0.3)
         # What the unfinished uploads hold stays under the limit: a small export fits.
         assert _normal_request(sidecar).status_code == 200
-        statuses = sorted(_status(sock) for sock in uploads)
+        statuses = sorted(answer_status(sock) for sock in uploads)
         # Two fit under 2.5 MiB and time out; the others were refused part-way.
         assert statuses == [408, 408, 503, 503, 503, 503], statuses
         stats = httpx.get(f"{sidecar.url}/api/stats/ingest", timeout=10).json()

@@ -13,6 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from faultfinder.attributors.scoring import spread_percent as pct
+from faultfinder.evaluation.run.reliability import render_reliability
 
 __all__ = ["cv_table", "render_cv_report"]
 
@@ -70,6 +71,13 @@ def render_cv_report(summary: Mapping[str, Any]) -> str:
             f"| {au['mean_steps_before_end']['mean']:.1f} "
             f"| {pct(au['mean_fraction_before_end'])} |"
         )
+    for name, table in summary.get("reliability", {}).items():
+        lines += [
+            "",
+            f"## Reliability: {name} (held-out folds, every seed)",
+            "",
+            *render_reliability(table),
+        ]
     lines.append("")
     return "\n".join(lines)
 

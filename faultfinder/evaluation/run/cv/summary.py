@@ -17,6 +17,7 @@ from faultfinder.attributors.scoring import (
 from faultfinder.datasets import BenchmarkRecord
 from faultfinder.evaluation.run.attribution import random_baseline
 from faultfinder.evaluation.run.cv.folds import CVSettings, FoldOutcome, HeldOutRecord
+from faultfinder.evaluation.run.reliability import Answer, reliability
 
 __all__ = ["summarise"]
 
@@ -155,6 +156,19 @@ def summarise(
         "attributor": "learned",
         "mode": "cross-validation",
         "error_modes": _by_error_mode(held_out),
+        "reliability": {
+            name: reliability(
+                Answer(
+                    basis=o.learned.basis,
+                    confidence=o.learned.confidence,
+                    step_right=o.learned.step == o.record.gold.step,
+                )
+                for outcomes in held_out.values()
+                for o in outcomes
+                if name == OVERALL or o.record.subset == name
+            )
+            for name in [*sorted({o.record.subset for v in held_out.values() for o in v}), OVERALL]
+        },
         "records": [
             {
                 "id": o.record.record_id,
@@ -163,6 +177,8 @@ def summarise(
                 "error_mode": o.record.gold.mode,
                 "gold": [o.record.gold.agent, o.record.gold.step],
                 "learned": [o.learned.agent, o.learned.step],
+                "learned_basis": o.learned.basis,
+                "learned_confidence": o.learned.confidence,
                 "first_error": [o.first_error.agent, o.first_error.step],
             }
             for seed, outcomes in held_out.items()
