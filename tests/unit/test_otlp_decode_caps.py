@@ -3,6 +3,7 @@ marker, names, keys and messages likewise, values nested too deeply are cut belo
 
 from __future__ import annotations
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.trace import Status
 from opentelemetry.trace import StatusCode as SdkStatusCode
@@ -15,6 +16,7 @@ from faultfinder.server.otlp.decode import (
     decode_protobuf,
 )
 from faultfinder.server.otlp.otlp_json import request_to_otlp_json
+from faultfinder.server.otlp.wire_limits import MAX_EVENTS_PER_SPAN, SMALL_BODY
 from tests.otlp_helpers import (
     MS,
     T0,
@@ -156,3 +158,31 @@ def test_an_oversized_bytes_value_is_truncated_with_a_marker() -> None:
     batch = decode_protobuf(request.SerializeToString(), max_value_bytes=100)
     record = next(r for r in batch.spans if "blob" in r.attributes)
     assert record.attributes["blob"] == bytes(range(100)) + "…[truncated 924 bytes]".encode()
+
+
+# --- over-full spans: cut on the wire (large bodies) or once parsed (small ones) ------------
+
+
+def _over_full_request(events: int, padding: int) -> bytes:
+    """One span of `events` events (it already says 7 were dropped at the source), padded
+    with an attribute of `padding` bytes to put the body on either side of `SMALL_BODY`."""
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id, span.name = b"\x02" * 16, b"\x03" * 8, "agent turn"
+    span.dropped_events_count = 7
+    span.attributes.add(key="padding").value.string_value = "x" * padding
+    for n in range(events):
+        span.events.add(name=f"event {n}", time_unix_nano=T0 + n)
+    return request.SerializeToString()
+
+
+def test_small_and_large_bodies_cut_an_over_full_span_alike() -> None:
+    small = _over_full_request(MAX_EVENTS_PER_SPAN + 300, padding=10)
+    large = _over_full_request(MAX_EVENTS_PER_SPAN + 300, padding=SMALL_BODY)
+    assert len(small) <= SMALL_BODY < len(large)
+    batches = [decode_protobuf(body) for body in (small, large)]
+    for batch in batches:
+        (span,) = batch.spans
+        assert [event.name for event in span.events[-2:]] == ["event 998", "event 999"]
+        assert len(span.events) == MAX_EVENTS_PER_SPAN
+        assert batch.truncated_values == 300

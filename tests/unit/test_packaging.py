@@ -88,7 +88,7 @@ def test_wheel_has_only_the_faultfinder_namespace(tmp_path: Path) -> None:
         "faultfinder",
         f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
     }
-    for part in ("attributors", "server", "sdk", "benchmarks"):
+    for part in ("attributors", "reading", "server", "sdk", "evaluation", "training"):
         assert f"faultfinder/{part}/__init__.py" in names
     assert (
         "faultfinder/server/db/alembic.ini" in names

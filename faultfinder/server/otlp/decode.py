@@ -31,7 +31,12 @@ from faultfinder.server.errors import (
     UnsupportedEncodingError,
 )
 from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_request_json
-from faultfinder.server.otlp.wire_limits import bound_request, parser_complaint
+from faultfinder.server.otlp.wire_limits import (
+    SMALL_BODY,
+    bound_request,
+    cap_parsed,
+    parser_complaint,
+)
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -214,17 +219,18 @@ def decode_protobuf(
     group_by_conversation: bool = False,
 ) -> DecodedBatch:
     """Decode a binary protobuf `ExportTraceServiceRequest` (caps as in `decode_request`;
-    spans counted, and over-full spans cut, on the wire before parsing: `wire_limits.py`)."""
-    bounded = bound_request(body, max_spans=max_spans)
+    spans counted, and over-full spans cut, on the wire before parsing unless the body is
+    small enough to parse whatever it holds: `wire_limits.py`)."""
+    bounded = None if len(body) <= SMALL_BODY else bound_request(body, max_spans=max_spans)
     try:
-        message = ExportTraceServiceRequest.FromString(bounded.body)
+        message = ExportTraceServiceRequest.FromString(body if bounded is None else bounded.body)
     except ProtobufDecodeError as exc:
         raise DecodeError(
             f"invalid protobuf ExportTraceServiceRequest: {parser_complaint(exc)}"
         ) from None
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc!r}") from None
-    dropped = bounded.dropped
+    dropped = cap_parsed(message) if bounded is None else bounded.dropped
     del body, bounded  # the parsed message is what decoding needs from here
     batch = decode_request(
         message,
