@@ -10,3 +10,11 @@ echo "== mypy (strict, every part and the tests)" >&2
 .venv/bin/mypy data/corpus/programs
 echo "== import layers" >&2
 .venv/bin/lint-imports --no-cache
+echo "== module sizes (at most 500 lines each)" >&2
+over=$(find faultfinder tests data/corpus/programs scripts noxfile.py -name '*.py' -print0 \
+  | xargs -0 wc -l | awk '$1 > 500 && $2 != "total" {print $2 " (" $1 " lines)"}')
+if [ -n "$over" ]; then
+  echo "modules over 500 lines, split them:" >&2
+  echo "$over" >&2
+  exit 1
+fi

@@ -173,7 +173,8 @@ def _over_full_request(events: int, padding: int) -> bytes:
     span.attributes.add(key="padding").value.string_value = "x" * padding
     for n in range(events):
         span.events.add(name=f"event {n}", time_unix_nano=T0 + n)
-    return request.SerializeToString()
+    body: bytes = request.SerializeToString()
+    return body
 
 
 def test_small_and_large_bodies_cut_an_over_full_span_alike() -> None:
