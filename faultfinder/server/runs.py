@@ -39,7 +39,7 @@ from faultfinder.server.store import (
     UnknownRunError,
 )
 from faultfinder.server.trajectories import load_trajectory
-from faultfinder.server.verifications import counterfactual_attribution
+from faultfinder.server.verifications import COUNTERFACTUAL, counterfactual_attribution
 
 
 def _seconds(nanos: int | None) -> float | None:
@@ -87,11 +87,12 @@ LEADING_SCAN_LIMIT = 2000
 def leading_attribution(
     attributions: Sequence[Attribution], preferred: Sequence[str] = ()
 ) -> Attribution | None:
-    """The answer a run leads with (its culprit on the runs list, its page's verdict): the
-    newest ok attribution of the first `preferred` attributor that has one, else the
-    newest ok attribution."""
+    """The answer a run leads with (its culprit on the runs list, its page's verdict): a
+    counterfactual verification that made the run succeed (tested, where every attributor
+    estimates), else the newest ok attribution of the first `preferred` attributor that has
+    one, else the newest ok attribution."""
     ok = [a for a in attributions if a.status is AttributionStatus.OK]
-    for method in preferred:
+    for method in (COUNTERFACTUAL, *preferred):
         mine = [a for a in ok if a.method == method]
         if mine:
             return mine[-1]

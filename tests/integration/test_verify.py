@@ -23,6 +23,7 @@ import httpx
 
 from faultfinder.attributors.model import Trajectory
 from faultfinder.injection.proxy import ReplayProxy
+from tests.integration.browser import needs_chromium
 from tests.integration.sidecar import FAULTFINDER, Sidecar, quick_sidecar
 from tests.integration.test_inject import PROGRAM, scripted_model, scripted_reply
 
@@ -115,8 +116,9 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@needs_chromium
 def test_correcting_the_flawed_step_flips_the_run_and_an_innocent_one_does_not(
-    tmp_path: Path,
+    tmp_path: Path, browser: Any, expect: Any
 ) -> None:
     (tmp_path / "team.py").write_text(PROGRAM)
     out = tmp_path / "verify-out"
@@ -178,6 +180,20 @@ def test_correcting_the_flawed_step_flips_the_run_and_an_innocent_one_does_not(
         assert 'faultfinder_verifications_total{result="still_failed"} 1.0' in metrics
         assert refused.status_code == 401
         assert outside.status_code == 400 and "outside" in outside.text
+
+        # The run page leads with the verification: tested, where the others estimate.
+        page = browser.new_page()
+        page.goto(f"{sidecar.url}/ui/runs/{run_id}")
+        page.locator("#key").fill(KEY)
+        page.locator("#login button[type=submit]").click()
+        page.wait_for_url(f"**/ui/runs/{run_id}")
+        expect(page.locator("#verdict")).to_contain_text(f"Researcher at step {misread}")
+        expect(page.locator("#verdict .by")).to_have_text("by counterfactual")
+        card = page.locator('article.attribution[data-method="counterfactual"]')
+        expect(card.locator("h3 .badge")).to_have_text("leading")
+        expect(card.locator(".reason")).to_have_text(counterfactual["reason"])
+        expect(card.locator(".basis")).to_have_text("evidence: counterfactual-replay")
+        page.close()
 
         # Run again: every candidate is done, nothing is replayed or posted twice.
         before = (out / f"step-{misread}.jsonl").stat().st_mtime_ns
