@@ -112,6 +112,9 @@ class InjectionHarness:
         self.settings = settings
         out = settings.out
         self.recordings_dir = out / "recordings"
+        self.injected_recordings_dir = out / "injected-recordings"
+        """Each kept failure's model calls as the proxy answered them (`faultfinder verify`
+        replays them with the injected step corrected: the pipeline's own check)."""
         self.originals_path = out / "originals.jsonl"
         self.attempts_path = out / "attempts.jsonl"
         self.injected_path = out / "injected.jsonl"
@@ -453,6 +456,16 @@ class InjectionHarness:
             recorded_run=recording.info.get("run_id"),
         )
         self.sidecar.label(invocation.run_id, kept.label(trajectory, found.step))
+        self.injected_recordings_dir.mkdir(exist_ok=True)
+        session.as_recording(
+            task_id=task.id,
+            framework=self.settings.framework,
+            run_id=invocation.run_id,
+            final_answer=invocation.final,
+            trajectory=trajectory.model_dump(mode="json"),
+            injected_call=plan.call,
+            label_step=found.step,
+        ).save(self.injected_recordings_dir / f"{_safe(plan.key)}.json")
         record = kept.record(trajectory, found.step, invocation.final)
         with self.injected_path.open("a", encoding="utf-8") as handle:
             handle.write(dump_record(record) + "\n")

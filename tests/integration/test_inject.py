@@ -204,6 +204,14 @@ def test_inject_run_keeps_a_failure_discards_a_recovery_and_exports_the_label(
     recorded_steps = recording.info["trajectory"]["steps"]
     for index in range(record.gold.step):
         assert record.trajectory.steps[index].content == recorded_steps[index]["content"]
+    # The failure's own model calls are kept for `faultfinder verify`: the injected reply
+    # at its call, what the model said live after it.
+    (kept_recording,) = [Recording.load(p) for p in (out / "injected-recordings").iterdir()]
+    assert kept_recording.info["label_step"] == record.gold.step
+    injected_call = kept_recording.exchanges[kept_recording.info["injected_call"]]
+    assert injected_call.source == "injected" and attempt["injected"] in json.dumps(
+        injected_call.reply
+    )
 
     # The sidecar holds the same label, and exports it.
     exported = tmp_path / "exported.jsonl"
