@@ -65,6 +65,7 @@ _entry_points_loaded = False
 # so that importing the registry stays cheap.
 _BUILTIN_MODULES = (
     "faultfinder.attributors.heuristics",
+    "faultfinder.attributors.baselines",
     "faultfinder.attributors.llm.methods",
     "faultfinder.attributors.learned",
 )
