@@ -2,8 +2,9 @@
 blame, and the nightly benchmark's latest scores.
 
 Counters count what happened in this process since it started (spans received,
-attributions made by its worker); gauges of runs, jobs and benchmark scores are read from
-the database at scrape time, so every replica reports the same shared totals for those. Each app
+attributions made by its worker); gauges of runs, jobs and benchmark scores, and the blame
+counter, are read from the database at scrape time, so every replica reports the same
+shared totals for those (a scaled-out worker serves no `/metrics` of its own). Each app
 has its own registry (several apps in one process do not collide).
 """
 
@@ -48,6 +49,33 @@ class DatabaseSnapshot:
     """The newest nightly benchmark entry of every (dataset, attributor, settings)."""
 
 
+_BLAME_ROWS_PER_SCRAPE = 50_000
+"""Attributions one scrape reads at most (a large database is caught up over a few)."""
+
+
+@dataclass
+class BlameTally:
+    """Ok attributions by (agent, attributor, failure mode), counted from the database:
+    every replica reports the same totals whichever process attributed the run. Each
+    scrape reads only the attributions stored since the last one."""
+
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    last_id: int = 0
+
+    async def advance(self, store: SpanStore) -> None:
+        """Count the attributions stored since the last call."""
+        read = 0
+        while read < _BLAME_ROWS_PER_SCRAPE:
+            rows = await store.blame_after(self.last_id)
+            for row_id, method, agent, mode in rows:
+                key = (agent, method, mode or "unknown")
+                self.counts[key] = self.counts.get(key, 0) + 1
+                self.last_id = row_id
+            read += len(rows)
+            if not rows:
+                return
+
+
 BENCH_METRICS = ("agent", "step", "agent_and_step", "step_pm1", "step_pm3", "step_pm5")
 """The accuracies of a nightly entry exposed as `faultfinder_bench_accuracy{metric=…}`."""
 
@@ -60,6 +88,7 @@ class LiveCollector(Collector):
         self.writer: SpanWriter | None = None
         self.queue_capacity: int | None = None
         self.snapshot = DatabaseSnapshot()
+        self.blame = BlameTally()
 
     def collect(self) -> Iterator[Metric]:
         counters = self.writer.counters if self.writer is not None else None
@@ -167,7 +196,16 @@ class LiveCollector(Collector):
                 for job_status in JobStatus:
                     count = snapshot.jobs.get((attributor, job_status.value), 0)
                     jobs.add_metric([attributor, job_status.value], count)
-        yield from (database_up, runs, unfinished, jobs)
+        blame = CounterMetricFamily(
+            "faultfinder_blame",
+            "Failed runs blamed on each agent, by the attributor that blamed it and the"
+            " failure mode it found (a Who&When Pro code, or `unknown` for a guess); counted"
+            " from the database.",
+            labels=["agent", "attributor", "mode"],
+        )
+        for labels, count in sorted(self.blame.counts.items()):
+            blame.add_metric(list(labels), count)
+        yield from (database_up, runs, unfinished, jobs, blame)
         yield from _bench_families(snapshot.bench if snapshot.up else [])
 
 
@@ -252,14 +290,6 @@ class ServerMetrics:
             ["attributor"],
             registry=self.registry,
         )
-        self.blame = Counter(
-            "faultfinder_blame",
-            "Failed runs blamed on each agent, by the attributor that blamed it and the"
-            " failure mode it found (a Who&When Pro code, or `unknown` for a guess).",
-            ["agent", "attributor", "mode"],
-            registry=self.registry,
-        )
-
         self.alarms = Counter(
             "faultfinder_early_alarms",
             "Early alarms the online auditor raised on running runs, by suspected agent.",
@@ -300,8 +330,6 @@ class ServerMetrics:
             errors = len(retried) if isinstance(retried, list) else 0
             if errors or not ok:
                 self.llm_errors.labels(method).inc(errors + (0 if ok else 1))
-        if ok and attribution.agent is not None:
-            self.blame.labels(attribution.agent, method, attribution.mode or "unknown").inc()
 
     async def refresh(
         self, store: SpanStore, jobs: JobQueue, bench: BenchHistory | None = None
@@ -312,6 +340,7 @@ class ServerMetrics:
         try:
             snapshot.runs, snapshot.unfinished = await store.runs_by_status()
             snapshot.jobs = await jobs.counts_by_attributor()
+            await self.live.blame.advance(store)
             if bench is not None:
                 snapshot.bench = await bench.latest()
             snapshot.up = True

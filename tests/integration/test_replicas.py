@@ -119,3 +119,13 @@ def test_spans_split_across_two_replicas_make_one_run_and_one_attribution(
             assert (attribution["agent"], attribution["step"]) == expected_attribution(trajectory)
             jobs = client.get(f"{one.url}/api/runs/{run_id}/jobs").json()
             assert Counter(job["status"] for job in jobs) == {"done": 1}
+        # The replicas attributed nothing themselves (the workers did), yet each one's
+        # /metrics counts every run's blame, on the agent the worker blamed.
+        expected = Counter(expected_attribution(t)[0] for t in trajectories)
+        for url in replicas:
+            blamed: Counter[str] = Counter()
+            for line in client.get(f"{url}/metrics").text.splitlines():
+                if line.startswith("faultfinder_blame_total{"):
+                    agent = line.split('agent="', 1)[1].split('"', 1)[0]
+                    blamed[agent] += int(float(line.rsplit(" ", 1)[1]))
+            assert blamed == expected

@@ -11,7 +11,7 @@ from faultfinder.attributors.failure_modes import answer_mode
 from faultfinder.attributors.model import Attribution
 from faultfinder.server.store.tables import ATTRIBUTIONS
 
-__all__ = ["insert_attribution", "ok_attribution_modes", "ok_attributions"]
+__all__ = ["blame_after", "insert_attribution", "ok_attribution_modes", "ok_attributions"]
 
 
 async def insert_attribution(
@@ -72,5 +72,30 @@ async def ok_attribution_modes(
         rows = await conn.execute(statement.order_by(ATTRIBUTIONS.c.id))
         return [
             (row[0], row[1], answer_mode(row[2]) if isinstance(row[2], dict) else None, row[3])
+            for row in rows
+        ]
+
+
+async def blame_after(
+    engine: AsyncEngine, after_id: int, *, limit: int
+) -> list[tuple[int, str, str, str | None]]:
+    """(id, method, agent, failure mode or None) of the ok attributions that name an agent
+    and were stored after attribution `after_id`, oldest first, at most `limit` of them."""
+    statement = (
+        select(
+            ATTRIBUTIONS.c.id, ATTRIBUTIONS.c.method, ATTRIBUTIONS.c.agent, ATTRIBUTIONS.c.payload
+        )
+        .where(
+            ATTRIBUTIONS.c.id > after_id,
+            ATTRIBUTIONS.c.status == "ok",
+            ATTRIBUTIONS.c.agent.is_not(None),
+        )
+        .order_by(ATTRIBUTIONS.c.id)
+        .limit(limit)
+    )
+    async with engine.connect() as conn:
+        rows = await conn.execute(statement)
+        return [
+            (row[0], row[1], row[2], answer_mode(row[3]) if isinstance(row[3], dict) else None)
             for row in rows
         ]

@@ -34,6 +34,7 @@ from faultfinder.reading.model import SpanRecord
 from faultfinder.server.db.models import RunOutcome, RunStatus
 from faultfinder.server.store import contents, settle
 from faultfinder.server.store.attributions import (
+    blame_after,
     insert_attribution,
     ok_attribution_modes,
     ok_attributions,
@@ -417,6 +418,13 @@ class SpanStore:
     ) -> list[tuple[str, str, str | None, int]]:
         """(run id, agent, failure mode, created_at) of every ok attribution."""
         return await ok_attribution_modes(self._engine, since_ns=since_ns)
+
+    async def blame_after(
+        self, after_id: int, *, limit: int = 10_000
+    ) -> list[tuple[int, str, str, str | None]]:
+        """(id, method, agent, failure mode) of the ok attributions naming an agent stored
+        after attribution `after_id`, oldest first (`/metrics` counts blame from these)."""
+        return await blame_after(self._engine, after_id, limit=limit)
 
     # -- the lifecycle's statements (`faultfinder.server.store.settle`) ------------------
 
