@@ -122,8 +122,10 @@ def serve(
     from faultfinder.server.banner import startup_banner
     from faultfinder.server.http_connections import guarded_protocol
     from faultfinder.server.logs import configure_logging
+    from faultfinder.server.memory import return_large_buffers
     from faultfinder.server.settings import SettingsError
 
+    return_large_buffers()  # before any thread starts: request bodies are large
     settings = _settings(
         host=host,
         port=port,

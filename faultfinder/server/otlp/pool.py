@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from faultfinder.reading.model import SpanEvent, SpanRecord, StatusCode
+from faultfinder.server.memory import return_large_buffers
 from faultfinder.server.otlp.decode import (
     DecodedBatch,
     decode_json,
@@ -133,6 +134,7 @@ def _quiet_worker() -> None:
     # Ctrl-C reaches the whole process group; the serving process decides when its
     # decoders stop (at shutdown), not the terminal.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return_large_buffers()  # each decoder holds request bodies too
 
 
 def _ready() -> bool:
