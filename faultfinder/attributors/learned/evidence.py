@@ -8,9 +8,10 @@ call (decisive when the run ended on it, a cue when a later call of the tool got
 call whose answer it already has, a turn that passes on none of the figures its own
 tools just returned, an opening turn that leaves the run to others before anything was
 looked up, a superlative ("the cheapest is X") that the records a tool returned
-contradict or a figure of one record given to another, repetition, invented data, giving
-up; a simulated user's turn withholding an identifier its instructions give it
-(`simulated_user`).
+contradict or a figure of one record given to another, a calculation whose written result
+does not follow from its own operands (`arithmetic`), a decision the task forbids in so
+many words (`constraints`), repetition, invented data, giving up; a simulated user's turn
+withholding an identifier its instructions give it (`simulated_user`).
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -25,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from faultfinder.attributors.arithmetic import ArithmeticChecks
 from faultfinder.attributors.comparisons import RecordChecks
+from faultfinder.attributors.constraints import TaskConstraints
 from faultfinder.attributors.errors import FAILURE_WORDS, ErrorOutcome, error_sentence, outcomes
 from faultfinder.attributors.excerpts import quoted
 from faultfinder.attributors.heuristics import ErrorSignal, shown_errors
@@ -59,11 +62,14 @@ STRONG = 0.6
 _NOT_ACTING = frozenset({StepKind.TOOL, StepKind.HUMAN, StepKind.SYSTEM})
 
 
-DECISIVE = frozenset({"contradicts-records", "misattributed-figure", "user-withheld"})
+DECISIVE = frozenset(
+    {"contradicts-records", "misattributed-figure", "user-withheld", "wrong-arithmetic"}
+)
 """Evidence the run's own data proves (for a simulated user that withheld what its
-instructions gave it, the run's data and those instructions together): a step carrying it
-leads over every step whose evidence is weaker, before or after it, whatever the model's
-features say of that step (`DECISIVE_STRENGTH`)."""
+instructions gave it, the run's data and those instructions together; for a calculation
+written out wrong, the step's own operands): a step carrying it leads over every step
+whose evidence is weaker, before or after it, whatever the model's features say of that
+step (`DECISIVE_STRENGTH`)."""
 DECISIVE_STRENGTH = 0.9
 """The strength of `DECISIVE` evidence, and of the error a run ended on."""
 
@@ -117,6 +123,7 @@ def step_evidence(
     caller = callers(steps)
     repeats = _RepeatedCalls()
     record_checks = RecordChecks(trajectory.task)
+    written = _WrittenChecks(trajectory.task)
     # The learned features read every error signal (`facts[i].error`); evidence only the
     # errors the run shows, and what became of them (`errors`).
     shown = [
@@ -141,6 +148,7 @@ def step_evidence(
         if facts[i].acting:
             found[i].extend(_value_evidence(trajectory, features, i))
             found[i].extend(_cue_evidence(step.agent, features.named[i], i))
+        found[i].extend(written.push(step, i, acting=facts[i].acting))
         finding = record_checks.push(step, acting=facts[i].acting)
         if finding is not None:
             found[i].append(
@@ -167,6 +175,32 @@ def step_evidence(
     for items in found:
         items.sort(key=lambda item: -item.strength)
     return found
+
+
+_BROKEN_CONSTRAINT_STRENGTH = 0.7
+"""A decision the task forbids in so many words: strong evidence, below `DECISIVE_STRENGTH`
+(the words matched, their meaning in context may not)."""
+
+
+class _WrittenChecks:
+    """What an acting step writes, checked against itself and the task: a calculation whose
+    stated result its operands do not give (`arithmetic`: decisive, the step's own text
+    proves it) and the first step doing what the task forbids (`constraints`: strong)."""
+
+    def __init__(self, task: str) -> None:
+        self._arithmetic = ArithmeticChecks(task)
+        self._constraints = TaskConstraints(task)
+
+    def push(self, step: Step, i: int, *, acting: bool) -> list[Evidence]:
+        out: list[Evidence] = []
+        wrong = self._arithmetic.push(step, acting=acting)
+        if wrong is not None:
+            out.append(Evidence(i, wrong.kind, DECISIVE_STRENGTH, wrong.said_by(step.agent)))
+        broken = self._constraints.push(step, acting=acting)
+        if broken is not None:
+            text = broken.said_by(step.agent)
+            out.append(Evidence(i, broken.kind, _BROKEN_CONSTRAINT_STRENGTH, text))
+        return out
 
 
 def _whole_run_evidence(
