@@ -23,6 +23,10 @@ __all__ = ["inject_group"]
             "faultfinder.injection.command:proxy_command",
             "Serve the replay proxy in record mode",
         ),
+        "natural-collect": (
+            "faultfinder.injection.natural:natural_command",
+            "Gather the natural failures that `faultfinder verify --search earliest` labelled",
+        ),
     },
 )
 def inject_group() -> None:

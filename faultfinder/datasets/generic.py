@@ -57,8 +57,9 @@ STEP_ROLES: dict[str, tuple[StepKind, ...]] = {
 }
 """Each role and the step kinds it allows (the first is the default)."""
 
-LABEL_SOURCES = ("human", "injected", "dataset")
-"""Where a label came from: a person, controlled failure injection, a published dataset."""
+LABEL_SOURCES = ("human", "injected", "dataset", "counterfactual")
+"""Where a label came from: a person, controlled failure injection, a published dataset,
+or a counterfactual replay (the earliest step whose correction made the run succeed)."""
 
 _DEFAULT_AGENT = {"user": "user", "system": "system"}
 

@@ -37,7 +37,8 @@ class GoldLabel:
     """Error-mode code or category when the dataset has one."""
     source: str = "dataset"
     """Who gave the label: `human` (a person), `injected` (controlled failure injection:
-    exact by construction) or `dataset` (a published dataset's annotation)."""
+    exact by construction), `dataset` (a published dataset's annotation) or
+    `counterfactual` (the earliest step whose correction, replayed, made the run succeed)."""
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ def _modes(value: str) -> tuple[str, ...]:
 @click.option("--sidecar-api-key", envvar="FAULTFINDER_API_KEY", help="$FAULTFINDER_API_KEY.")
 @click.option("--llm-injector/--no-llm-injector", default=True, show_default=True,
               help="Ask the model to plant the modes no deterministic injector makes.")  # fmt: skip
-@click.option("--record-only", is_flag=True, help="Only record the successful runs.")
+@click.option("--record-only", is_flag=True, help="Only record the runs (a failed one is kept"
+              " in OUT/natural-recordings/ for `faultfinder verify`).")  # fmt: skip
 def run_command(
     program: str,
     tasks_file: Path,

@@ -9,7 +9,8 @@ flawed reply of one error mode, the rest live. A run that still succeeds "recove
 and is discarded; a run that now fails is kept: its outcome is posted to the sidecar,
 the step that shows the flawed reply is found in the sidecar's own trajectory of the
 run, and the run is labelled there (source `injected`, the mode, the injected text) and
-written to `injected.jsonl` in the generic format.
+written to `injected.jsonl` in the generic format. A run that fails by itself when
+recorded is kept too, in `natural-recordings/`, for `faultfinder verify` to label.
 
 Everything lands in the output folder, one line per finished piece of work, so an
 interrupted run continues where it stopped.
@@ -115,6 +116,9 @@ class InjectionHarness:
         self.injected_recordings_dir = out / "injected-recordings"
         """Each kept failure's model calls as the proxy answered them (`faultfinder verify`
         replays them with the injected step corrected: the pipeline's own check)."""
+        self.natural_recordings_dir = out / "natural-recordings"
+        """The model calls of each recorded run that failed by itself (wrong, or crashed
+        after it made a run), with its `outcome`: `faultfinder verify` can label them."""
         self.originals_path = out / "originals.jsonl"
         self.attempts_path = out / "attempts.jsonl"
         self.injected_path = out / "injected.jsonl"
@@ -260,15 +264,18 @@ class InjectionHarness:
                 reason="recorded run" if success else f"recorded run: {outcome}",
             )
             trajectory = self.sidecar.trajectory(invocation.run_id)
-        if success and invocation.run_id is not None and trajectory is not None:
+        if invocation.run_id is not None and trajectory is not None:
+            failed = {} if success else {"outcome": outcome}
             recording = session.as_recording(
                 task_id=task.id,
                 framework=self.settings.framework,
                 run_id=invocation.run_id,
                 final_answer=invocation.final,
                 trajectory=trajectory.model_dump(mode="json"),
+                **failed,
             )
-            recording.save(self.recordings_dir / f"{_safe(task.id)}.json")
+            folder = self.recordings_dir if success else self.natural_recordings_dir
+            recording.save(folder / f"{_safe(task.id)}.json")
         elif success:
             line["outcome"] = "no_run"
         append_line(self.originals_path, line)
