@@ -9,6 +9,7 @@ called with them); any other text replaces the reply's message (no tool call).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,12 @@ def corrected_reply(reply: Mapping[str, Any], correction: str) -> dict[str, Any]
     return with_message(reply, correction, None)
 
 
+_KINDS = "|".join(kind.value for kind in StepKind)
+_ECHOED_HEADER = re.compile(rf"^\[\d+\]\s+[^\n()]{{1,80}}\s\((?:{_KINDS})\):\s*")
+"""The `[N] agent (kind): ` header `_render` puts before a step, which a model often
+repeats at the start of its correction (the step's text never starts with it)."""
+
+
 def _render(step: Step) -> str:
     if step.kind is StepKind.TOOL:
         body = step.tool_result or step.content
@@ -106,7 +113,8 @@ class Corrector:
         if text.startswith("```"):
             text = text.split("\n", 1)[1] if "\n" in text else ""
             text = text.rsplit("```", 1)[0].strip()
-        return text.replace("<<<", "").replace(">>>", "").strip()
+        text = text.replace("<<<", "").replace(">>>", "").strip()
+        return _ECHOED_HEADER.sub("", text, count=1).strip()
 
 
 def complete_with(

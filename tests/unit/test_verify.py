@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from faultfinder.attributors.model import AttributionStatus, Step, StepKind, Trajectory
-from faultfinder.injection.corrections import corrected_reply, parse_corrections
+from faultfinder.injection.corrections import Corrector, corrected_reply, parse_corrections
 from faultfinder.injection.exchanges import Exchange, Recording
 from faultfinder.injection.step_calls import model_calls_of_steps
 from faultfinder.injection.verify import attributed_candidates, candidate_result
@@ -141,3 +141,13 @@ def test_metrics_count_verified_candidates_by_result() -> None:
     text = metrics.exposition().decode()
     assert 'faultfinder_verifications_total{result="flipped"} 1.0' in text
     assert 'faultfinder_verifications_total{result="still_failed"} 2.0' in text
+
+
+def test_a_correction_that_repeats_the_prompts_step_header_loses_it() -> None:
+    step = Step(index=0, agent="analyst", kind=StepKind.LLM, content="Ashgrove is in Veldt.")
+    trajectory = Trajectory(run_id="r", task="Where is Ashgrove?", steps=(step,))
+    echoed = Corrector(lambda system, user: "[3] analyst (llm): Ashgrove is in Caldoria.")
+    plain = Corrector(lambda system, user: "Ashgrove [3] is in Caldoria (llm): yes.")
+    reply = {"choices": [{"message": {"role": "assistant", "content": step.content}}]}
+    assert echoed(trajectory, 0, reply) == "Ashgrove is in Caldoria."
+    assert plain(trajectory, 0, reply) == "Ashgrove [3] is in Caldoria (llm): yes."
