@@ -53,6 +53,9 @@ EVIDENCE_MODES: Final[dict[str, str]] = {
     "tool-error": "A.1",
     "recovered-error": "A.1",
     "first-error": "A.1",
+    # A state-changing call on an order or booking that a later step could no longer
+    # change: the call was made wrongly or too early (its invocation), not misread data.
+    "caused-later-refusal": "A.1",
     "gave-up": "A.3",
     "unfinished": "A.3",
     "unfinished-last-acting-step": "A.3",

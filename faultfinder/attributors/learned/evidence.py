@@ -10,8 +10,9 @@ tools just returned, an opening turn that leaves the run to others before anythi
 looked up, a superlative ("the cheapest is X") that the records a tool returned
 contradict or a figure of one record given to another, a calculation whose written result
 does not follow from its own operands (`arithmetic`), a decision the task forbids in so
-many words (`constraints`), repetition, invented data, giving up; a simulated user's turn
-withholding an identifier its instructions give it (`simulated_user`).
+many words (`constraints`), an earlier call that changed the order or booking a later
+step could no longer change (`consequences`), repetition, invented data, giving up; a
+simulated user's turn withholding an identifier its instructions give it (`simulated_user`).
 Each item has a strength in (0, 1] fixed by how unambiguous it is (not fitted), and one
 sentence that names the agents, tools and figures involved.
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from faultfinder.attributors.arithmetic import ArithmeticChecks
 from faultfinder.attributors.comparisons import RecordChecks
+from faultfinder.attributors.consequences import LaterRefusals
 from faultfinder.attributors.constraints import TaskConstraints
 from faultfinder.attributors.errors import FAILURE_WORDS, ErrorOutcome, error_sentence, outcomes
 from faultfinder.attributors.excerpts import quoted
@@ -88,10 +90,11 @@ HANDED_ON = frozenset({"withheld-figures", *HANDED_ON_NOTHING})
 agent then made up or failed at points back at the turn."""
 
 
-POINTS_ELSEWHERE = frozenset({*RELAYED, *HANDED_ON_NOTHING, "shows-error"})
+POINTS_ELSEWHERE = frozenset({*RELAYED, *HANDED_ON_NOTHING, "shows-error", "shows-consequence"})
 """Evidence a step carries that answers to another step: a figure relayed from its
 origin, a figure-less handover (weighed by the attributor against what followed), a
-report's error (the agent that made the failing call answers for it)."""
+report's error (the agent that made the failing call answers for it), an earlier call's
+consequence."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,7 @@ def step_evidence(
                 if error.step != i:
                     # The report shows the error too (it answers to the agent that acted).
                     found[i].append(Evidence(i, "shows-error", error.strength, error.text))
-    for item in _whole_run_evidence(trajectory, features, found):
+    for item in _whole_run_evidence(trajectory, features, found) + _refused(steps, caller, shown):
         found[item.step].append(item)
     for items in found:
         items.sort(key=lambda item: -item.strength)
@@ -201,6 +204,20 @@ class _WrittenChecks:
             text = broken.said_by(step.agent)
             out.append(Evidence(i, broken.kind, _BROKEN_CONSTRAINT_STRENGTH, text))
         return out
+
+
+def _refused(
+    steps: Sequence[Step], caller: Sequence[int | None], shown: Sequence[Sequence[object]]
+) -> list[Evidence]:
+    """A refusal an earlier call caused (`consequences`): strong evidence on the acting step
+    that made the call (which call is shown, not how it went wrong), a pointer on the refusal."""
+    refusals, out = LaterRefusals(), []
+    for i, step in enumerate(steps):
+        refused = refusals.push(step, i, actor=caller[i], error=bool(shown[i]))
+        if refused is not None:
+            out.append(Evidence(refused.cause, refused.kind, 0.65, refused.caused()))
+            out.append(Evidence(i, "shows-consequence", 0.3, refused.shown()))
+    return out
 
 
 def _whole_run_evidence(
