@@ -44,7 +44,7 @@ async def _never_called(spans: Any) -> int:
 
 def exposed() -> dict[str, set[str]]:
     """Sample name → label names, from the exposition of a registry that has seen one of
-    everything (spans in and rejected, database counts, an LLM attribution)."""
+    everything (spans in and rejected, database counts and blame, an LLM attribution)."""
     metrics = ServerMetrics()
     writer = SpanWriter(_never_called, max_queued_spans=10, max_batch_spans=10, ack_timeout=1)
     writer.counters.spans_received = 5
@@ -54,6 +54,7 @@ def exposed() -> dict[str, set[str]]:
     metrics.live.snapshot = DatabaseSnapshot(
         up=True, runs={"failed": 1}, jobs={("all_at_once", "done"): 1}, bench=[nightly_entry()]
     )
+    metrics.live.blame.counts = {("Coder", "all_at_once", "A.1"): 1}  # read from the database
     metrics.observe_attribution(
         Attribution(
             method="all_at_once",
