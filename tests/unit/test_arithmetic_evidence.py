@@ -13,7 +13,17 @@ from faultfinder.attributors.learned import LearnedAttributor
 from faultfinder.attributors.learned.evidence import DECISIVE, DECISIVE_STRENGTH, step_evidence
 from faultfinder.attributors.learned.features import run_features
 from faultfinder.attributors.model import Trajectory
-from tests.unit.test_evidence_across_frameworks import HO, H, L, M, T, run, scoring, step
+from tests.unit.test_evidence_across_frameworks import (
+    HO,
+    H,
+    L,
+    M,
+    T,
+    evidence_of,
+    run,
+    scoring,
+    step,
+)
 
 OPTIONS = AttributeOptions()
 
@@ -24,12 +34,7 @@ def said(text: str, agent: str = "Planner") -> list[str]:
 
 def wrong_steps(trajectory: Trajectory) -> dict[int, list[str]]:
     """The steps carrying wrong-arithmetic evidence, with its sentences."""
-    evidence = step_evidence(trajectory, run_features(trajectory))
-    found = {
-        i: [e.text for e in items if e.kind == "wrong-arithmetic"]
-        for i, items in enumerate(evidence)
-    }
-    return {i: texts for i, texts in found.items() if texts}
+    return evidence_of(trajectory, "wrong-arithmetic")
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,17 @@ from faultfinder.attributors.learned import LearnedAttributor
 from faultfinder.attributors.learned.evidence import POINTS_ELSEWHERE, step_evidence, tier
 from faultfinder.attributors.learned.features import run_features
 from faultfinder.attributors.model import Step, StepKind, Trajectory
-from tests.unit.test_evidence_across_frameworks import HO, H, L, M, T, run, scoring, step
+from tests.unit.test_evidence_across_frameworks import (
+    HO,
+    H,
+    L,
+    M,
+    T,
+    evidence_of,
+    run,
+    scoring,
+    step,
+)
 
 OPTIONS = AttributeOptions()
 ORDER = "#W2378156"
@@ -22,12 +32,7 @@ ORDER = "#W2378156"
 
 def causes(trajectory: Trajectory) -> dict[int, list[str]]:
     """The steps carrying caused-later-refusal evidence, with its sentences."""
-    evidence = step_evidence(trajectory, run_features(trajectory))
-    found = {
-        i: [e.text for e in items if e.kind == "caused-later-refusal"]
-        for i, items in enumerate(evidence)
-    }
-    return {i: texts for i, texts in found.items() if texts}
+    return evidence_of(trajectory, "caused-later-refusal")
 
 
 @pytest.mark.parametrize(

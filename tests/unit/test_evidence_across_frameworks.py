@@ -37,6 +37,13 @@ def unsupported_arguments(trajectory: Trajectory) -> list[tuple[int, tuple[str, 
     return found
 
 
+def evidence_of(trajectory: Trajectory, kind: str) -> dict[int, list[str]]:
+    """The steps carrying evidence of `kind`, with its sentences."""
+    evidence = step_evidence(trajectory, run_features(trajectory))
+    found = {i: [e.text for e in items if e.kind == kind] for i, items in enumerate(evidence)}
+    return {i: texts for i, texts in found.items() if texts}
+
+
 def kinds(trajectory: Trajectory) -> list[str]:
     """Every evidence kind of the run, step by step."""
     evidence = step_evidence(trajectory, run_features(trajectory))

@@ -13,7 +13,17 @@ from faultfinder.attributors.learned import LearnedAttributor
 from faultfinder.attributors.learned.evidence import STRONG, step_evidence, tier
 from faultfinder.attributors.learned.features import run_features
 from faultfinder.attributors.model import Step, Trajectory
-from tests.unit.test_evidence_across_frameworks import HO, H, L, M, T, run, scoring, step
+from tests.unit.test_evidence_across_frameworks import (
+    HO,
+    H,
+    L,
+    M,
+    T,
+    evidence_of,
+    run,
+    scoring,
+    step,
+)
 
 OPTIONS = AttributeOptions()
 INCIDENT = "Restore the orders database; no failover to replica-2."
@@ -22,12 +32,7 @@ TRIP = "Book a flight from Paris to Lisbon on Friday. No red-eye flights."
 
 def breaches(trajectory: Trajectory) -> dict[int, list[str]]:
     """The steps carrying breaks-task-constraint evidence, with its sentences."""
-    evidence = step_evidence(trajectory, run_features(trajectory))
-    found = {
-        i: [e.text for e in items if e.kind == "breaks-task-constraint"]
-        for i, items in enumerate(evidence)
-    }
-    return {i: texts for i, texts in found.items() if texts}
+    return evidence_of(trajectory, "breaks-task-constraint")
 
 
 def breaks(task: str, s: Step) -> bool:
