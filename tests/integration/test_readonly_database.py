@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from pathlib import Path
 
 import asyncpg
 import httpx
+import pytest
 from sqlalchemy.engine import make_url
 
 from faultfinder.attributors.model import Step, StepKind, Trajectory
@@ -97,3 +99,46 @@ def test_readyz_tells_the_database_error_only_to_a_key_holder(
         keyed = api.get("/readyz", headers=key)
         assert keyed.status_code == 503
         assert "writes failing" in keyed.json()["details"]["ingest"]
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    """`chattr ±i path`; False where the file system or the user cannot (not root, no
+    CAP_LINUX_IMMUTABLE, tmpfs)."""
+    done = subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_an_immutable_wal_index_answers_503_and_the_server_lives(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    # SQLite writes its WAL index (<db>-shm) through a shared memory map; when the file
+    # turns immutable under a running server that write used to die of SIGBUS.
+    database = Path(make_url(sqlite_database_url).database or "")
+    shm = Path(f"{database}-shm")
+    with (
+        running_sidecar(sqlite_database_url, tmp_path) as sidecar,
+        httpx.Client(base_url=sidecar.url, timeout=30) as api,
+    ):
+        assert api.post("/v1/traces", content=_body("a"), headers=PROTOBUF).status_code == 200
+        assert shm.exists()
+        if not _immutable(shm, True):
+            pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
+        try:
+            refused = api.post("/v1/traces", content=_body("b"), headers=PROTOBUF)
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"]
+            ready = api.get("/readyz")
+            assert ready.status_code == 503
+            assert api.get("/healthz").status_code == 200
+            assert sidecar.process.poll() is None  # alive, not killed by SIGBUS
+        finally:
+            _immutable(shm, False)
+        # Writable again: the writer's next retry stores the queued spans, and then
+        # new ones are accepted.
+        deadline = time.monotonic() + 30
+        while api.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "still not ready 30 s after the fix"
+            time.sleep(0.5)
+        assert api.post("/v1/traces", content=_body("c"), headers=PROTOBUF).status_code == 200
+        assert len(api.get("/api/runs").json()["items"]) == 3  # "b" too: it was queued
+        assert api.get("/api/stats/ingest").json()["spans_rejected"] == {}

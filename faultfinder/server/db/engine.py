@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from faultfinder.server.db.sqlite_files import guard_sqlite_files
 from faultfinder.server.errors import DatabaseURLError as DatabaseURLError
 
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
@@ -109,6 +110,7 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     engine = create_async_engine(parsed, **options)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", configure_sqlite_connection)
+        guard_sqlite_files(engine.sync_engine, parsed.database)
     return engine
 
 
@@ -137,4 +139,5 @@ def sqlite_engine_beside(source: AsyncEngine, *, pool_size: int, pragma: str) ->
         max_overflow=0,
     )
     event.listen(engine, "connect", configure)
+    guard_sqlite_files(engine, source.url.database)
     return engine

@@ -1,0 +1,65 @@
+"""A SQLite database whose files refuse writes at the file-system level is reported as a
+read-only database, before SQLite touches them.
+
+In WAL mode SQLite maps `<db>-shm` into memory and writes to it at every commit (and
+when a reader takes a read mark). If the file cannot be written — `chattr +i`, a
+permission or mount changed under a running server — the kernel answers that write with
+SIGBUS, which kills the whole process: no 503, no `/readyz`. So each transaction first
+opens the database's files for writing (three `open` calls, some microseconds); one
+that refuses raises a SQLITE_READONLY `OperationalError`, which every caller already
+treats as "the database refuses writes": ingest answers 503 + Retry-After and keeps the
+spans queued, `/readyz` answers 503, background rounds try again later.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+
+__all__ = ["guard_sqlite_files", "unwritable_file"]
+
+_REFUSED = frozenset({errno.EPERM, errno.EACCES, errno.EROFS})
+SQLITE_READONLY = 8
+
+
+def unwritable_file(database: str) -> tuple[str, OSError] | None:
+    """The first of `database`, its `-wal` and its `-shm` that exists and cannot be
+    opened for writing, with the error; None when all can (or none exists yet)."""
+    for path in (database, f"{database}-wal", f"{database}-shm"):
+        try:
+            handle = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            if error.errno in _REFUSED:
+                return path, error
+            continue
+        os.close(handle)
+    return None
+
+
+def guard_sqlite_files(engine: Engine, database: str | None) -> None:
+    """Check `database`'s files before each transaction of `engine` (module docstring).
+    An in-memory database (no file) is left alone."""
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        return
+
+    def check(_connection: Any) -> None:
+        found = unwritable_file(database)
+        if found is None:
+            return
+        path, error = found
+        orig = sqlite3.OperationalError(
+            f"attempt to write a readonly database ({os.path.basename(path)}: {error.strerror})"
+        )
+        orig.sqlite_errorcode = SQLITE_READONLY  # type: ignore[attr-defined]
+        orig.sqlite_errorname = "SQLITE_READONLY"  # type: ignore[attr-defined]
+        raise sa_exc.OperationalError("BEGIN", None, orig)
+
+    event.listen(engine, "begin", check)
