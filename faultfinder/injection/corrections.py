@@ -19,7 +19,7 @@ import httpx
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.injection.exchanges import reply_text, reply_tool_calls, with_message
 
-__all__ = ["Corrector", "complete_with", "corrected_reply", "parse_corrections"]
+__all__ = ["Corrector", "complete_with", "corrected_reply", "parse_corrections", "tool_call"]
 
 CONTEXT_CHARS = 12_000
 """The most of the run before the step shown to the corrector (its end is kept)."""
@@ -48,18 +48,50 @@ def corrected_reply(reply: Mapping[str, Any], correction: str) -> dict[str, Any]
     one and the correction is a JSON object, else the correction as its message."""
     calls = reply_tool_calls(reply)
     if calls:
-        try:
-            arguments = json.loads(correction)
-        except ValueError:
-            arguments = None
-        if isinstance(arguments, dict):
+        call = tool_call(correction)
+        if call is not None:
+            name, arguments = call
             first = dict(calls[0])
             first["function"] = {
                 **(first.get("function") or {}),
+                **({"name": name} if name else {}),
                 "arguments": json.dumps(arguments, ensure_ascii=False),
             }
             return with_message(reply, reply_text(reply) or None, [first, *calls[1:]])
     return with_message(reply, correction, None)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def tool_call(correction: str) -> tuple[str | None, dict[str, Any]] | None:
+    """The tool (None: the same one) and arguments a corrected tool call carries, or None
+    when `correction` is a message.
+
+    Models write the arguments in more shapes than the one asked for: the object itself;
+    with every brace doubled, as a format string would print it (`{{"city": "Oslo"}}`);
+    or as a whole call, `{"name": TOOL, "arguments": {...}}` (the arguments possibly a
+    JSON string, as the OpenAI wire format has them), which may name another tool.
+    """
+    text = correction.strip()
+    found = _json_object(text)
+    if found is None and text.startswith("{{") and text.endswith("}}"):
+        found = _json_object(text.replace("{{", "{").replace("}}", "}"))
+    if found is None:
+        return None
+    name = found.get("name")
+    inner = found.get("arguments", found.get("parameters"))
+    if isinstance(name, str) and set(found) <= {"name", "arguments", "parameters"}:
+        if isinstance(inner, str):
+            inner = _json_object(inner)
+        if isinstance(inner, dict):
+            return name, inner
+    return None, found
 
 
 _KINDS = "|".join(kind.value for kind in StepKind)

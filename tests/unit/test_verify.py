@@ -104,6 +104,35 @@ def test_corrections_replace_a_tool_calls_arguments_or_the_message() -> None:
         parse_corrections(("seven=text",))
 
 
+@pytest.mark.parametrize(
+    ("correction", "tool", "arguments"),
+    [
+        ('{{"value": 42, "to": "miles"}}', "conversion", {"value": 42, "to": "miles"}),
+        (
+            '{{"name": "conversion", "arguments": {"value": 42, "to": "miles"}}}',
+            "conversion",
+            {"value": 42, "to": "miles"},
+        ),
+        (
+            '{"name": "conversion", "arguments": "{\\"value\\": 42}"}',
+            "conversion",
+            {"value": 42},
+        ),
+        ('{"name": "city_facts", "parameters": {"city": "Oslo"}}', "city_facts", {"city": "Oslo"}),
+        ('{"name": "Oslo"}', "conversion", {"name": "Oslo"}),
+    ],
+)
+def test_a_corrected_call_written_in_another_shape_still_calls_a_tool(
+    correction: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    # Shapes a local model wrote when asked for the arguments alone: braces doubled as a
+    # format string prints them, the whole call, the call with its arguments as a string.
+    fixed = corrected_reply(_reply(name="conversion", arguments={"value": 4}), correction)
+    (made,) = fixed["choices"][0]["message"]["tool_calls"]
+    assert made["function"]["name"] == tool
+    assert json.loads(made["function"]["arguments"]) == arguments
+
+
 def test_a_verification_is_an_attribution_of_the_earliest_flipped_step() -> None:
     verification = VerificationIn.model_validate(
         {
