@@ -27,6 +27,10 @@ __all__ = ["inject_group"]
             "faultfinder.injection.natural:natural_command",
             "Gather the natural failures that `faultfinder verify --search earliest` labelled",
         ),
+        "flip-rate": (
+            "faultfinder.injection.flips:flips_command",
+            "How many kept injected failures correcting their labelled step made succeed",
+        ),
     },
 )
 def inject_group() -> None:
