@@ -16,6 +16,7 @@ from faultfinder.server.errors import (
     DecodeError,
 )
 from faultfinder.server.otlp.decode import (
+    NESTED_TOO_DEEP,
     DecodedBatch,
     decode_json,
     decode_protobuf,
@@ -141,7 +142,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def test_nesting_beyond_the_parser_limit_is_a_decode_error() -> None:
+def test_nesting_beyond_the_parser_limit_is_cut_not_refused() -> None:
     # AnyValue.array_value (5) → ArrayValue.values (1) → AnyValue …, 150 levels deep.
     value = AnyValue(string_value="leaf").SerializeToString()
     document: dict[str, object] = {"stringValue": "leaf"}
@@ -151,11 +152,18 @@ def test_nesting_beyond_the_parser_limit_is_a_decode_error() -> None:
     attribute = _field(1, b"deep") + _field(2, value)
     span = _field(1, b"\x01" * 16) + _field(2, b"\x02" * 8) + _field(9, attribute)
     body = _field(1, _field(2, _field(2, span)))  # resource_spans → scope_spans → spans
-    with pytest.raises(DecodeError, match="protobuf"):
-        decode_protobuf(body)
+    (decoded,) = decode_protobuf(body).spans
+    assert _innermost(decoded.attributes["deep"]) == NESTED_TOO_DEEP
 
     json_document = json.loads(json_body(framework_spans()))
     json_span = json_document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     json_span["attributes"].append({"key": "deep", "value": document})
-    with pytest.raises(DecodeError, match="OTLP/JSON"):
-        decode_json(json.dumps(json_document).encode())
+    batch = decode_json(json.dumps(json_document).encode())
+    (decoded,) = [span for span in batch.spans if "deep" in span.attributes]
+    assert _innermost(decoded.attributes["deep"]) == NESTED_TOO_DEEP
+
+
+def _innermost(value: object) -> object:
+    while isinstance(value, list):
+        (value,) = value
+    return value

@@ -30,6 +30,7 @@ from faultfinder.server.errors import (
     UnsupportedEncodingError,
 )
 from faultfinder.server.otlp.compression import decompress
+from faultfinder.server.otlp.deep_values import NESTED_TOO_DEEP, parse_cutting_deep_values
 from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_request_json
 from faultfinder.server.otlp.wire_limits import (
     SMALL_BODY,
@@ -74,8 +75,6 @@ MAX_NAME_BYTES = 4096
 bytes); longer ones are cut like values and counted with them."""
 MAX_MESSAGE_BYTES = 64 * 1024
 """Longest span status message kept whole (a stack trace fits)."""
-NESTED_TOO_DEEP = "[nested too deep]"
-"""What replaces an array or kvlist nested more than `MAX_VALUE_DEPTH` levels deep."""
 
 _MAX_TIME_NS = 2**63 - 1
 _TRACE_ID_BYTES = 16
@@ -158,14 +157,16 @@ def decode_protobuf(
     small enough to parse whatever it holds: `wire_limits.py`)."""
     bounded = None if len(body) <= SMALL_BODY else bound_request(body, max_spans=max_spans)
     try:
-        message = ExportTraceServiceRequest.FromString(body if bounded is None else bounded.body)
+        message, deep = parse_cutting_deep_values(
+            ExportTraceServiceRequest.FromString, body if bounded is None else bounded.body
+        )
     except ProtobufDecodeError as exc:
         raise DecodeError(
             f"invalid protobuf ExportTraceServiceRequest: {parser_complaint(exc)}"
         ) from None
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc!r}") from None
-    dropped = cap_parsed(message) if bounded is None else bounded.dropped
+    dropped = (cap_parsed(message) if bounded is None else bounded.dropped) + deep
     del body, bounded  # the parsed message is what decoding needs from here
     batch = decode_request(
         message,
@@ -177,7 +178,8 @@ def decode_protobuf(
     )
     if not dropped:
         return batch
-    # Events, links and attributes cut from over-full spans count with the values cut.
+    # Events, links and attributes cut from over-full spans, and values nested too deep
+    # for the parser, count with the values cut.
     return replace(batch, truncated_values=batch.truncated_values + dropped)
 
 

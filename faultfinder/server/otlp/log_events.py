@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -36,6 +37,7 @@ from faultfinder.server.otlp.decode import (
     value_limits,
     value_of,
 )
+from faultfinder.server.otlp.deep_values import parse_cutting_deep_values
 from faultfinder.server.otlp.otlp_json import UNDECODABLE, parse_logs_request_json
 from faultfinder.server.otlp.wire_limits import count_log_records
 
@@ -54,12 +56,15 @@ def decode_logs_protobuf(
     counted on the wire first: `wire_limits.count_log_records`)."""
     count_log_records(body, max_records=max_records)
     try:
-        message = ExportLogsServiceRequest.FromString(body)
+        message, deep = parse_cutting_deep_values(
+            ExportLogsServiceRequest.FromString, body, logs=True
+        )
     except ProtobufDecodeError as exc:
         raise DecodeError(f"invalid protobuf ExportLogsServiceRequest: {exc}") from None
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid protobuf ExportLogsServiceRequest: {exc!r}") from None
-    return decode_logs_request(message, project_header=project_header, max_records=max_records)
+    batch = decode_logs_request(message, project_header=project_header, max_records=max_records)
+    return replace(batch, truncated_values=batch.truncated_values + deep) if deep else batch
 
 
 def decode_logs_json(

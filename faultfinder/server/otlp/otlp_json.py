@@ -21,6 +21,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from faultfinder.server.errors import DecodeError, TooManySpansError
+from faultfinder.server.otlp.deep_values import cut_deep_json_values, is_too_deep
 from faultfinder.server.otlp.wire_limits import (
     MAX_ATTRIBUTES_PER_SPAN,
     MAX_EVENTS_PER_SPAN,
@@ -141,9 +142,22 @@ def _parse_json(
     try:
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
-        raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
+        # Too deep for protobuf: cut the deep values as the wire format's are, parse again.
+        if not is_too_deep(exc) or not cut_deep_json_values(document):
+            raise DecodeError(f"invalid OTLP/JSON: {_brief(exc)}") from None
+        message.Clear()
+        try:
+            json_format.ParseDict(document, message, ignore_unknown_fields=True)
+        except json_format.ParseError as again:
+            raise DecodeError(f"invalid OTLP/JSON: {_brief(again)}") from None
     except UNDECODABLE as exc:
         raise DecodeError(f"invalid OTLP/JSON: {exc!r}") from None
+
+
+def _brief(error: Exception) -> str:
+    """protobuf's complaint without its "Failed to parse X field: " once a level."""
+    text = str(error)
+    return text if len(text) <= 500 else f"{text[:200]} … {text[-200:]}"
 
 
 def _log_record_holders(document: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:

@@ -21,8 +21,8 @@ would cost them about a third of their decoding time.
 
 Nested values (attribute arrays and kvlists, the attributes of events) are not walked;
 they are bounded by the body size limits and, in depth, by protobuf's parser, which
-refuses messages nested more than 100 deep: an attribute value nested 32 or more levels
-(three messages a level) gets 400 saying so (`parser_complaint`).
+refuses messages nested more than 100 deep; a request it refuses for that is rewritten
+with its deep values cut and parsed again (`deep_values.py`).
 """
 
 from __future__ import annotations
