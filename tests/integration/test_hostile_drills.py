@@ -59,3 +59,34 @@ def test_the_memory_and_read_only_drills_measure_and_hold(tmp_path: Path) -> Non
     assert sender["spans_stored"] == sender["spans_sent"] > 0
     # Progress went to stderr, one line per step of each drill.
     assert "[item 1, sqlite]" in done.stderr and "[item 2, sqlite]" in done.stderr
+
+
+def _quick(items: str, workdir: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [str(FAULTFINDER), "bench", "chaos", "--hostile", items, "--quick", "--json",
+         "--workdir", str(workdir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    findings: list[dict[str, Any]] = json.loads(done.stdout)
+    return findings
+
+
+@pytest.mark.slow
+def test_the_second_round_drills_measure_bodies_storage_faults_and_deep_values(
+    tmp_path: Path,
+) -> None:
+    bodies, storage = _quick("9,10", tmp_path)
+    for finding in (bodies, storage):
+        failed = [check for check, held in finding["checks"].items() if not held]
+        assert finding["holds"] is True, (failed, finding["error"], finding["figures"])
+    figures = bodies["figures"]
+    twice = next(f for probe, f in figures.items() if "gzipped twice" in probe)
+    assert twice["status"] == 400 and twice["rss_tree_peak_mb"] > 0
+    assert set(figures["4 senders of each at once"]["statuses"]) == {400, 413}
+    assert figures["canary exporter"]["requests"] > 0
+    deep = storage["figures"]
+    assert deep["a value 40 kvlists deep"]["status"] == 200
+    assert deep["a label nested 300 levels"]["status"] == 400
+    if "the WAL index made immutable" in deep:  # needs chattr +i (root)
+        assert deep["the WAL index made immutable"]["alive"] is True

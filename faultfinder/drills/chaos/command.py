@@ -118,7 +118,7 @@ def _report_lines(report: KillReport | OverloadReport) -> Iterator[str]:
     "hostile_items",
     default=None,
     metavar="ITEMS",
-    help="Re-run the probes of issue 28 against real sidecars: 'all' or item numbers (e.g. 1,3,6).",
+    help="Re-run the hostile probes against real sidecars: 'all' or item numbers (e.g. 1,3,9).",
 )
 @click.option(
     "--quick",
@@ -168,7 +168,8 @@ def chaos_command(
     --fuzz N: the hypothesis fuzz suite with N cases per target (needs a source checkout).
     --hostile ITEMS: the eight probes of issue 28 (1 memory, 2 read-only database, 3 chunked
     uploads, 4 slow senders, 5 CSRF, 6 large runs, 7 readiness and a full disk, 8 hostile
-    names), each on a fresh database and sidecar (on PostgreSQL, a scratch database created
+    names) and two of issue 55 (9 small bodies that would expand, 10 storage faults and deep
+    values), each on a fresh database and sidecar (on PostgreSQL, a scratch database created
     beside the one named and dropped afterwards).
     """
     if not kills and overload_factor is None and fuzz is None and hostile_items is None:

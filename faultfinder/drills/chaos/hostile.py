@@ -1,6 +1,8 @@
 """The hostile drills of `faultfinder bench chaos --hostile`: the eight probes of issue 28
 (memory exhaustion, a database that takes no writes, unfinished and slow uploads, CSRF,
-large runs, readiness, hostile names) re-run against real `faultfinder serve` processes.
+large runs, readiness, hostile names), and two of the second round (issue 55: small
+bodies that would expand to gigabytes; storage faults and deep values), re-run against
+real `faultfinder serve` processes.
 
 Each drill fills a `Finding` with figures (probe → measure → value) and named checks
 (what must hold now that the issue is fixed); `run_hostile` runs the chosen drills on
@@ -31,6 +33,7 @@ __all__ = ["ITEMS", "finding_lines", "parse_items", "run_hostile"]
 def _drills() -> dict[int, tuple[str, Drill, bool]]:
     """Item → (title, drill, SQLite only)."""
     from faultfinder.drills.chaos import (
+        hostile_bounds,
         hostile_database,
         hostile_requests,
         hostile_runs,
@@ -46,10 +49,12 @@ def _drills() -> dict[int, tuple[str, Drill, bool]]:
         6: ("large runs stall everything", hostile_runs.large_run_drill, False),
         7: ("readiness and a full disk", hostile_database.full_disk_drill, True),
         8: ("hostile names", hostile_requests.names_drill, False),
+        9: ("small bodies that would expand", hostile_bounds.bodies_drill, False),
+        10: ("storage faults and deep values", hostile_bounds.storage_drill, False),
     }
 
 
-ITEMS = tuple(range(1, 9))
+ITEMS = tuple(range(1, 11))
 
 
 def parse_items(value: str) -> list[int]:
@@ -62,11 +67,11 @@ def parse_items(value: str) -> list[int]:
         if not part:
             continue
         if not part.isdigit() or int(part) not in ITEMS:
-            raise ValueError(f"{part!r} is not an item of issue 28 (1–8, or 'all')")
+            raise ValueError(f"{part!r} is not a hostile drill (1–10, or 'all')")
         if int(part) not in items:
             items.append(int(part))
     if not items:
-        raise ValueError("no item given (1–8, or 'all')")
+        raise ValueError("no item given (1–10, or 'all')")
     return sorted(items)
 
 
