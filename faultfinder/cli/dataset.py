@@ -27,6 +27,11 @@ __all__ = ["dataset_group"]
             "Read every record of SPEC and print what it holds: records per subset, label"
             " sources, error modes, steps by role.",
         ),
+        "stats": (
+            "faultfinder.datasets.command:stats",
+            "How much each SPEC looks like real failures: run shape, where labels sit, what"
+            " comes before them.",
+        ),
     },
 )
 def dataset_group() -> None:

@@ -1,9 +1,10 @@
-"""`faultfinder dataset convert`, `export` and `check` (the group is
+"""`faultfinder dataset convert`, `export`, `check` and `stats` (the group is
 `faultfinder.cli.dataset`): labelled runs in the generic format (docs/datasets.md).
 
 faultfinder dataset convert who_and_when --out who_and_when.jsonl
 faultfinder dataset export --database sqlite+aiosqlite:///faultfinder.db --out mine.jsonl
 faultfinder dataset check corpus.jsonl
+faultfinder dataset stats who_and_when data/corpus/injected
 """
 
 from __future__ import annotations
@@ -136,3 +137,56 @@ def check(spec: str, datasets_dir: Path | None) -> None:
         ("labelled steps by role", blamed_roles),
     ):
         click.echo(f"{title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+_STATS_COLUMNS = (
+    ("runs", "runs"),
+    ("steps (q1/med/q3)", "steps_quartiles"),
+    ("agents (med)", "agents_median"),
+    ("≥15 steps %", "pct_15_steps"),
+    ("≥3 agents %", "pct_3_agents"),
+    ("one agent turn %", "pct_one_agent_turn"),
+    ("label position (q1/med/q3)", "label_position_quartiles"),
+    ("label in first 3 turns %", "pct_label_in_first_3_turns"),
+    ("error before label %", "pct_error_before_label"),
+    ("recovered error before %", "pct_recovered_error_before_label"),
+    ("apology before %", "pct_apology_before_label"),
+    ("unsupported figure before %", "pct_unsupported_figure_before_label"),
+    ("any of these before %", "pct_any_distractor_before_label"),
+    ("modes", "modes"),
+)
+
+
+@click.command("stats")
+@click.argument("specs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@datasets_dir_option
+def stats(specs: tuple[str, ...], as_json: bool, datasets_dir: Path | None) -> None:
+    """How much each SPEC looks like real failures (faultfinder/datasets/realism.py): run
+    shape, where labels sit, and what comes before them. Prints a Markdown table, a row per
+    subset and one per SPEC, to set beside a set people labelled."""
+    import json
+
+    from faultfinder.datasets.realism import set_stats
+
+    rows = []
+    try:
+        for spec in specs:
+            records = load_dataset(spec, resolve_datasets_dir(datasets_dir))
+            rows += [found.as_dict() for found in set_stats(records, spec)]
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+
+    def shown(value: object) -> str:
+        if isinstance(value, list):
+            return "/".join(f"{float(v):g}" for v in value)
+        return f"{float(value):g}" if isinstance(value, int | float) else str(value)
+
+    click.echo("| set | " + " | ".join(title for title, _ in _STATS_COLUMNS) + " |")
+    click.echo("|---|" + "---:|" * len(_STATS_COLUMNS))
+    for row in rows:
+        cells = [shown(row[key]) for _, key in _STATS_COLUMNS]
+        click.echo(f"| {row['set']} | " + " | ".join(cells) + " |")
