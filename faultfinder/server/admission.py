@@ -161,18 +161,19 @@ class IngestAdmission:
         self.spans_per_byte = SpansPerByte()
         self.advice = RetryAdvice(retry_after, retry_after_max)
         self.coming_spans = 0
-        """Estimated spans of the requests being received or decoded."""
+        """Estimated spans of the requests read whole and being decoded (and of gRPC
+        messages, which arrive whole)."""
 
     def queue_refusal(self, queued: int, expected: int, limit: int) -> str:
         """Why a request of about `expected` spans must be refused before it is read or
         decoded, or "" to take it: the spans `queued` for the writer and those of the
-        requests let in and still being read or decoded leave no room for it under
+        requests read whole and still being decoded leave no room for it under
         `limit`. Each of those would otherwise be decoded only to find the queue full."""
         waiting = queued + self.coming_spans
         if waiting and waiting + expected > limit:
             return (
                 f"ingest queue full ({queued} spans waiting, about "
-                f"{self.coming_spans} more arriving, limit {limit})"
+                f"{self.coming_spans} more being decoded, limit {limit})"
             )
         return ""
 
@@ -201,10 +202,12 @@ class IngestAdmission:
 
 class ArrivingBody:
     """One OTLP/HTTP request's body while it arrives: its bytes count against the in-flight
-    limit, and the spans they are estimated to carry against the queue limit, chunk by
-    chunk as they come, never by what the request declares. A sender declaring 16 MiB and
-    sending nothing reserves nothing, so it cannot make the receivers refuse everyone
-    else; `release` gives both counts back."""
+    limit chunk by chunk as they come, never by what the request declares; the spans it is
+    estimated to carry count against the queue limit once the whole body is there (it is
+    then decoded). A sender declaring 16 MiB and sending nothing reserves nothing, and one
+    that sends 16 MiB and stalls holds only its bytes (bounded by the in-flight limit, and
+    given back at the progress timeout), never a share of the queue that would have every
+    other export refused; `release` gives both counts back."""
 
     def __init__(self, admission: IngestAdmission) -> None:
         self._admission = admission
@@ -228,14 +231,13 @@ class ArrivingBody:
                 if waiting.cancelled_caught:
                     raise BodyStalled
                 if chunk is None:
+                    self.held_spans = admission.spans_per_byte.estimate(self.held_bytes)
+                    admission.coming_spans += self.held_spans
                     return bytes(body)
                 if not admission.bytes.try_acquire(len(chunk)):
                     raise InflightFull
                 self.held_bytes += len(chunk)
                 body += chunk
-                spans = admission.spans_per_byte.estimate(self.held_bytes) - self.held_spans
-                admission.coming_spans += spans
-                self.held_spans += spans
 
     def release(self) -> None:
         self._admission.bytes.release(self.held_bytes)

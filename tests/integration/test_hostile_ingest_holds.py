@@ -118,3 +118,21 @@ def test_unfinished_chunked_uploads_are_dropped_by_the_progress_timeout(
         assert 408 in statuses and set(statuses) <= {408, 503}, statuses
         assert _rejected(sidecar).get("body_stalled") == statuses.count(408)
         assert _http_statuses(sidecar, 5) == [200] * 5
+
+
+def test_uploads_that_send_most_of_16_mib_and_stall_refuse_no_other_export(
+    sqlite_database_url: str, tmp_path: Path
+) -> None:
+    # Small exports first: the spans-per-byte estimate learns that bodies like theirs are
+    # dense, so 16 MiB would be estimated at tens of thousands of spans. Spans count
+    # against the queue only once a body is whole; a stalled one holds its bytes alone.
+    env = {"FAULTFINDER_BODY_PROGRESS_TIMEOUT": "60", "FAULTFINDER_BODY_READ_TIMEOUT": "90"}
+    with running_sidecar(sqlite_database_url, tmp_path, **env) as sidecar, ExitStack() as stack:
+        assert _http_statuses(sidecar, 50) == [200] * 50
+        for _ in range(3):
+            stalled = stack.enter_context(raw_upload(sidecar, f"Content-Length: {16 * MIB}\r\n"))
+            stalled.sendall(b"\x00" * (16 * MIB - 64 * 1024))  # and then nothing
+        time.sleep(0.3)
+        assert _http_statuses(sidecar, 20) == [200] * 20
+        assert _grpc_codes(sidecar, 10) == [grpc.StatusCode.OK] * 10
+        assert _rejected(sidecar) == {}

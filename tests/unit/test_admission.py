@@ -115,8 +115,8 @@ def test_requests_being_decoded_count_as_queued_and_a_lone_request_always_passes
     # writer splits it), else it could never be sent.
     assert admission.queue_refusal(queued=0, expected=500, limit=100) == ""
     assert admission.queue_refusal(queued=40, expected=60, limit=100) == ""
-    admission.coming_spans = 30  # let in, still being decoded
+    admission.coming_spans = 30  # read whole, being decoded
     refusal = admission.queue_refusal(queued=40, expected=60, limit=100)
-    assert "40 spans waiting" in refusal and "30 more arriving" in refusal
+    assert "40 spans waiting" in refusal and "30 more being decoded" in refusal
     admission.coming_spans = 0
     assert admission.queue_refusal(queued=40, expected=60, limit=100) == ""
