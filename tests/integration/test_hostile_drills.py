@@ -73,11 +73,9 @@ def _quick(items: str, workdir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_the_second_round_drills_measure_bodies_storage_faults_and_deep_values(
-    tmp_path: Path,
-) -> None:
-    bodies, storage = _quick("9,10", tmp_path)
-    for finding in (bodies, storage):
+def test_the_second_round_drills_measure_and_hold(tmp_path: Path) -> None:
+    bodies, storage, holds, sizes = _quick("9,10,11,12", tmp_path)
+    for finding in (bodies, storage, holds, sizes):
         failed = [check for check, held in finding["checks"].items() if not held]
         assert finding["holds"] is True, (failed, finding["error"], finding["figures"])
     figures = bodies["figures"]
@@ -90,3 +88,9 @@ def test_the_second_round_drills_measure_bodies_storage_faults_and_deep_values(
     assert deep["a label nested 300 levels"]["status"] == 400
     if "the WAL index made immutable" in deep:  # needs chattr +i (root)
         assert deep["the WAL index made immutable"]["alive"] is True
+    idle = holds["figures"]["one idle connection declaring 16 MiB"]
+    assert idle == {"http": {"200": 20}, "grpc": {"OK": 10}}
+    stalls = next(f for probe, f in holds["figures"].items() if "stall" in probe)
+    assert stalls["others_during"] == {"200": 20}
+    large = next(f for probe, f in sizes["figures"].items() if "steps of 1 MiB" in probe)
+    assert large["status"] == "attributed" and 0 < large["page"]["bytes"] < 5_000_000

@@ -168,9 +168,10 @@ def chaos_command(
     --fuzz N: the hypothesis fuzz suite with N cases per target (needs a source checkout).
     --hostile ITEMS: the eight probes of issue 28 (1 memory, 2 read-only database, 3 chunked
     uploads, 4 slow senders, 5 CSRF, 6 large runs, 7 readiness and a full disk, 8 hostile
-    names) and two of issue 55 (9 small bodies that would expand, 10 storage faults and deep
-    values), each on a fresh database and sidecar (on PostgreSQL, a scratch database created
-    beside the one named and dropped afterwards).
+    names) and four of issue 55 (9 small bodies that would expand, 10 storage faults and deep
+    values, 11 one client holding ingest for others, 12 runs bounded in bytes and a failed
+    run over its span cap), each on a fresh database and sidecar
+    (on PostgreSQL, a scratch database created beside the one named and dropped afterwards).
     """
     if not kills and overload_factor is None and fuzz is None and hostile_items is None:
         raise click.UsageError(

@@ -1,7 +1,8 @@
 """The hostile drills of `faultfinder bench chaos --hostile`: the eight probes of issue 28
 (memory exhaustion, a database that takes no writes, unfinished and slow uploads, CSRF,
-large runs, readiness, hostile names), and two of the second round (issue 55: small
-bodies that would expand to gigabytes; storage faults and deep values), re-run against
+large runs, readiness, hostile names), and four of the second round (issue 55: small
+bodies that would expand to gigabytes; storage faults and deep values; one client holding
+ingest for the others; runs bounded in bytes), re-run against
 real `faultfinder serve` processes.
 
 Each drill fills a `Finding` with figures (probe → measure → value) and named checks
@@ -35,8 +36,10 @@ def _drills() -> dict[int, tuple[str, Drill, bool]]:
     from faultfinder.drills.chaos import (
         hostile_bounds,
         hostile_database,
+        hostile_holds,
         hostile_requests,
         hostile_runs,
+        hostile_sizes,
         hostile_uploads,
     )
 
@@ -51,10 +54,12 @@ def _drills() -> dict[int, tuple[str, Drill, bool]]:
         8: ("hostile names", hostile_requests.names_drill, False),
         9: ("small bodies that would expand", hostile_bounds.bodies_drill, False),
         10: ("storage faults and deep values", hostile_bounds.storage_drill, False),
+        11: ("one client holding ingest for others", hostile_holds.holds_drill, False),
+        12: ("runs bounded in bytes, a failed run over its cap", hostile_sizes.sizes_drill, False),
     }
 
 
-ITEMS = tuple(range(1, 11))
+ITEMS = tuple(range(1, 13))
 
 
 def parse_items(value: str) -> list[int]:
@@ -67,11 +72,11 @@ def parse_items(value: str) -> list[int]:
         if not part:
             continue
         if not part.isdigit() or int(part) not in ITEMS:
-            raise ValueError(f"{part!r} is not a hostile drill (1–10, or 'all')")
+            raise ValueError(f"{part!r} is not a hostile drill (1–12, or 'all')")
         if int(part) not in items:
             items.append(int(part))
     if not items:
-        raise ValueError("no item given (1–10, or 'all')")
+        raise ValueError("no item given (1–12, or 'all')")
     return sorted(items)
 
 

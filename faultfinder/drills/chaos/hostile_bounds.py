@@ -32,7 +32,7 @@ from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
 from faultfinder.drills.chaos.hostile_probes import PROTOBUF_HEADERS, IngestProbe, timed
 from faultfinder.drills.ingest import process_memory_kb
 
-__all__ = ["bodies_drill", "storage_drill"]
+__all__ = ["bodies_drill", "reset_peaks", "storage_drill", "tree_mb"]
 
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -79,13 +79,13 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
-def _reset_peaks(pid: int) -> None:
+def reset_peaks(pid: int) -> None:
     for member in _tree(pid):
         with contextlib.suppress(OSError), open(f"/proc/{member}/clear_refs", "w") as handle:
             handle.write("5")
 
 
-def _tree_mb(pid: int, key: str) -> float:
+def tree_mb(pid: int, key: str) -> float:
     """The sum of `key` (VmRSS now, VmHWM the peak since the last reset) over the tree."""
     total = sum(process_memory_kb(member).get(key) or 0 for member in _tree(pid))
     return round(total / 1024, 1)
@@ -138,10 +138,10 @@ def bodies_drill(ctx: DrillContext, finding: Finding) -> None:
         IngestProbe(sidecar.url) as canary,
         httpx.Client(base_url=sidecar.url, timeout=300) as api,
     ):
-        finding.add("sidecar at rest", rss_tree_mb=_tree_mb(sidecar.pid, "VmRSS"))
+        finding.add("sidecar at rest", rss_tree_mb=tree_mb(sidecar.pid, "VmRSS"))
         for name, body, headers, expected in bodies:
             ctx.say(f"POST /v1/traces: {name}")
-            _reset_peaks(sidecar.pid)
+            reset_peaks(sidecar.pid)
             with _healthz_worst(sidecar.url) as healthz:
                 result = timed(lambda: api.post("/v1/traces", content=body, headers=headers))  # noqa: B023
             _measure(
@@ -156,7 +156,7 @@ def bodies_drill(ctx: DrillContext, finding: Finding) -> None:
             finding.check(f"{name}: {expected}", result.status == expected)
         name = "4 senders of each at once"
         ctx.say(f"POST /v1/traces: {name}")
-        _reset_peaks(sidecar.pid)
+        reset_peaks(sidecar.pid)
         started = time.monotonic()
         with _healthz_worst(sidecar.url) as healthz, ThreadPoolExecutor(16) as pool:
             sent = [(body, headers) for _, body, headers, _ in bodies for _ in range(4)]
@@ -204,7 +204,7 @@ def _measure(
     healthz_s: float,
     canary_s: float,
 ) -> None:
-    peak = _tree_mb(pid, "VmHWM")
+    peak = tree_mb(pid, "VmHWM")
     finding.add(
         name,
         **answer,
