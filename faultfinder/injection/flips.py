@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from faultfinder.injection.exchanges import Recording
-from faultfinder.injection.harness import read_lines
+from faultfinder.injection.harness import read_lines, safe_name
 
 __all__ = ["flip_rate", "flips_command"]
 
@@ -49,7 +49,7 @@ def flip_rate(out: Path) -> dict[str, Any]:
     """Per kept failure under `out` (an `inject run --out` folder): whether correcting its
     labelled step made it succeed; the rate overall, by mode and by injector. The rate is
     over the failures that were replayed to the end (flipped or still failed)."""
-    attempts = {line["key"]: line for line in read_lines(out / "attempts.jsonl")}
+    attempts = {safe_name(line["key"]): line for line in read_lines(out / "attempts.jsonl")}
     failures = []
     for path in sorted((out / "injected-recordings").glob("*.json")):
         info = Recording.load(path).info

@@ -69,6 +69,7 @@ __all__ = [
     "locate_injected_step",
     "read_lines",
     "read_tasks",
+    "safe_name",
 ]
 
 
@@ -275,7 +276,7 @@ class InjectionHarness:
                 **failed,
             )
             folder = self.recordings_dir if success else self.natural_recordings_dir
-            recording.save(folder / f"{_safe(task.id)}.json")
+            recording.save(folder / f"{safe_name(task.id)}.json")
         elif success:
             line["outcome"] = "no_run"
         append_line(self.originals_path, line)
@@ -321,7 +322,7 @@ class InjectionHarness:
         injectors = self.injectors()
         plans: list[AttemptPlan] = []
         for task in self.settings.tasks:
-            path = self.recordings_dir / f"{_safe(task.id)}.json"
+            path = self.recordings_dir / f"{safe_name(task.id)}.json"
             if not path.exists():
                 continue
             recording = Recording.load(path)
@@ -368,7 +369,7 @@ class InjectionHarness:
                 on_done(plan, outcome)
 
     def _attempt(self, task: Task, plan: AttemptPlan, injector: Injector) -> str:
-        recording = Recording.load(self.recordings_dir / f"{_safe(task.id)}.json")
+        recording = Recording.load(self.recordings_dir / f"{safe_name(task.id)}.json")
         rng = random.Random(f"{self.settings.seed}:{plan.key}")
         line: dict[str, Any] = {
             "key": plan.key,
@@ -472,7 +473,7 @@ class InjectionHarness:
             trajectory=trajectory.model_dump(mode="json"),
             injected_call=plan.call,
             label_step=found.step,
-        ).save(self.injected_recordings_dir / f"{_safe(plan.key)}.json")
+        ).save(self.injected_recordings_dir / f"{safe_name(plan.key)}.json")
         record = kept.record(trajectory, found.step, invocation.final)
         with self.injected_path.open("a", encoding="utf-8") as handle:
             handle.write(dump_record(record) + "\n")
@@ -494,5 +495,6 @@ class InjectionHarness:
         return summary
 
 
-def _safe(task_id: str) -> str:
+def safe_name(task_id: str) -> str:
+    """`task_id` (or an attempt's key) as a file name: what a recording is saved as."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in task_id)

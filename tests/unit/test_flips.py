@@ -13,14 +13,16 @@ from faultfinder.injection.flips import flip_rate, flips_command
 
 
 def _failure(out: Path, key: str, mode: str, step: int, results: dict[int, str] | None) -> None:
+    # Saved under the key made a file name (`t1:0:A.1` → `t1_0_A.1`), as `inject run` does.
+    name = key.replace(":", "_")
     Recording(info={"task_id": key.split(":")[0], "label_step": step}).save(
-        out / "injected-recordings" / f"{key}.json"
+        out / "injected-recordings" / f"{name}.json"
     )
     with (out / "attempts.jsonl").open("a") as handle:
         line = {"key": key, "mode": mode, "injector": f"x-{mode}", "outcome": "kept"}
         handle.write(json.dumps(line) + "\n")
     if results is not None:
-        verify = out / "verify" / key
+        verify = out / "verify" / name
         verify.mkdir(parents=True)
         candidates = [{"step": s, "result": r} for s, r in results.items()]
         (verify / "verification.json").write_text(json.dumps({"candidates": candidates}))
