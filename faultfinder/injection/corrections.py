@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,14 @@ import httpx
 from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.injection.exchanges import reply_text, reply_tool_calls, with_message
 
-__all__ = ["Corrector", "complete_with", "corrected_reply", "parse_corrections", "tool_call"]
+__all__ = [
+    "Corrector",
+    "complete_with",
+    "corrected_reply",
+    "parse_corrections",
+    "request_tools",
+    "tool_call",
+]
 
 CONTEXT_CHARS = 12_000
 """The most of the run before the step shown to the corrector (its end is kept)."""
@@ -43,10 +50,33 @@ def parse_corrections(values: tuple[str, ...]) -> dict[int, str]:
     return found
 
 
-def corrected_reply(reply: Mapping[str, Any], correction: str) -> dict[str, Any]:
+def request_tools(request: Mapping[str, Any]) -> list[str]:
+    """The names of the tools a chat-completion request offered the model."""
+    names = []
+    for tool in request.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
+
+
+def corrected_reply(
+    reply: Mapping[str, Any], correction: str, tools: Sequence[str] = ()
+) -> dict[str, Any]:
     """`reply` saying `correction` instead: new arguments for its tool call when it made
-    one and the correction is a JSON object, else the correction as its message."""
+    one and the correction is a JSON object; a call of one of `tools` (those the request
+    offered) when it made none and the correction is a whole call naming one (an agent
+    that stopped early should have called a tool); else the correction as its message."""
     calls = reply_tool_calls(reply)
+    if not calls and tools:
+        call = tool_call(correction)
+        if call is not None and call[0] in tools:
+            made = {
+                "id": "call_corrected",
+                "type": "function",
+                "function": {"name": call[0], "arguments": json.dumps(call[1], ensure_ascii=False)},
+            }
+            return with_message(reply, None, [made])
     if calls:
         call = tool_call(correction)
         if call is not None:
@@ -116,7 +146,13 @@ class Corrector:
 
     complete: Callable[[str, str], str]
 
-    def prompt(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
+    def prompt(
+        self,
+        trajectory: Trajectory,
+        step: int,
+        reply: Mapping[str, Any],
+        tools: Sequence[str] = (),
+    ) -> str:
         before = "\n".join(_render(s) for s in trajectory.steps[:step])[-CONTEXT_CHARS:]
         target = trajectory.steps[step]
         if trajectory.ground_truth:
@@ -131,6 +167,12 @@ class Corrector:
                 f" {function.get('arguments')}. Reply with the corrected arguments as one JSON"
                 " object only (or, if the agent should not call a tool here, with its message)."
             )
+        elif tools:
+            shape = (
+                "Reply with the corrected message only; or, if the agent should have called"
+                f" one of its tools ({', '.join(tools)}) here instead, with that call as one"
+                ' JSON object: {"name": TOOL, "arguments": {...}}.'
+            )
         else:
             shape = "Reply with the corrected message only."
         return (
@@ -140,8 +182,14 @@ class Corrector:
             f"The step to correct:\n<<<\n{_render(target)}\n>>>\n\n{shape}"
         )
 
-    def __call__(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
-        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply)).strip()
+    def __call__(
+        self,
+        trajectory: Trajectory,
+        step: int,
+        reply: Mapping[str, Any],
+        tools: Sequence[str] = (),
+    ) -> str:
+        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply, tools)).strip()
         if text.startswith("```"):
             text = text.split("\n", 1)[1] if "\n" in text else ""
             text = text.rsplit("```", 1)[0].strip()

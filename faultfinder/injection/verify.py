@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from faultfinder.attributors.model import Trajectory
-from faultfinder.injection.corrections import Corrector, corrected_reply
+from faultfinder.injection.corrections import Corrector, corrected_reply, request_tools
 from faultfinder.injection.exchanges import Recording
 from faultfinder.injection.files import read_lines
 from faultfinder.injection.grading import Grader
@@ -298,19 +298,20 @@ class Verification:
         base = {"step": step, "agent": trajectory.steps[step].agent, "model_call": call}
         if call is None:
             return [{**base, "outcome": "unmapped", "note": "no recorded model call made it"}]
-        reply = self.recording.exchanges[call].reply
+        exchange = self.recording.exchanges[call]
+        reply, tools = exchange.reply, request_tools(exchange.request)
         correction = self.settings.corrections.get(step)
         if correction is None:
             if self.corrector is None:
                 return [{**base, "outcome": "error", "note": "no correction was given"}]
             try:
-                correction = self.corrector(trajectory, step, reply)
+                correction = self.corrector(trajectory, step, reply, tools)
             except httpx.HTTPError as exc:
                 return [{**base, "outcome": "error", "note": f"the corrector failed: {exc!r}"}]
             if not correction:
                 return [{**base, "outcome": "error", "note": "the corrector wrote nothing"}]
         base["correction"] = correction
-        corrected = corrected_reply(reply, correction)
+        corrected = corrected_reply(reply, correction, tools)
         lines = []
         for repeat in range(self.settings.repeats):
             line = self._replay(proxy, corrected, call, answer)

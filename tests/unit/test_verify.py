@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from faultfinder.attributors.model import AttributionStatus, Step, StepKind, Trajectory
-from faultfinder.injection.corrections import Corrector, corrected_reply, parse_corrections
+from faultfinder.injection.corrections import (
+    Corrector,
+    corrected_reply,
+    parse_corrections,
+    request_tools,
+)
 from faultfinder.injection.exchanges import Exchange, Recording
 from faultfinder.injection.step_calls import model_calls_of_steps
 from faultfinder.injection.verify import attributed_candidates, candidate_result
@@ -131,6 +136,32 @@ def test_a_corrected_call_written_in_another_shape_still_calls_a_tool(
     (made,) = fixed["choices"][0]["message"]["tool_calls"]
     assert made["function"]["name"] == tool
     assert json.loads(made["function"]["arguments"]) == arguments
+
+
+def test_a_message_corrected_into_a_call_of_an_offered_tool_calls_it() -> None:
+    # An agent that stopped early ("The answer is 40.") should have looked the figure up.
+    stopped = _reply("The answer is 40.")
+    call = '{"name": "city_facts", "arguments": {"city": "Varnholm"}}'
+    fixed = corrected_reply(stopped, call, tools=["city_facts", "calculate"])
+    message = fixed["choices"][0]["message"]
+    (made,) = message["tool_calls"]
+    assert made["function"]["name"] == "city_facts"
+    assert json.loads(made["function"]["arguments"]) == {"city": "Varnholm"}
+    assert message["content"] is None and fixed["choices"][0]["finish_reason"] == "tool_calls"
+    # A tool the request did not offer, or no tools at all: the text is the message.
+    for tools in (["calculate"], []):
+        kept = corrected_reply(stopped, call, tools=tools)
+        assert kept["choices"][0]["message"]["content"] == call
+        assert "tool_calls" not in kept["choices"][0]["message"]
+    request = {"tools": [{"type": "function", "function": {"name": "city_facts"}}, {"x": 1}]}
+    assert request_tools(request) == ["city_facts"]
+    prompt = Corrector(lambda system, user: "").prompt(
+        Trajectory(run_id="r", task="t", steps=(
+            Step(index=0, agent="researcher", kind=StepKind.LLM, content="The answer is 40."),
+        )),
+        0, stopped, ["city_facts"],
+    )  # fmt: skip
+    assert "one of its tools (city_facts)" in prompt
 
 
 def test_a_verification_is_an_attribution_of_the_earliest_flipped_step() -> None:
