@@ -1,4 +1,4 @@
-"""Hostile drill 11: no client can hold ingest for the others (issue 55, items 2, 4 and 7),
+"""Hostile drill 11: no client can hold ingest for the others (issue 55, items 2, 4, 5, 7),
 on the sidecar's default settings.
 
 - One idle connection declaring `Content-Length: 16777216` and sending one byte, then 100
@@ -10,6 +10,7 @@ on the sidecar's default settings.
 - 5,000 connections from another loopback address that never finish their request heads
   (slowloris), while `/healthz` is asked every 0.1 s (before: at the file-descriptor limit
   new connections, `/healthz` included, timed out).
+- 100 OTLP/gRPC calls of 45 MiB refused (item 5): the RSS they leave behind.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import grpc
 import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from faultfinder.drills.chaos.hostile_bounds import tree_mb
 from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
 from faultfinder.drills.chaos.hostile_probes import PROTOBUF_HEADERS, RawUpload
 from faultfinder.drills.chaos.traffic import ChaosTraffic
@@ -176,3 +178,51 @@ def holds_drill(ctx: DrillContext, finding: Finding) -> None:
         finding.add(probe, healthz=dict(checks), healthz_worst_s=round(worst, 3),
                     head_answers=dict(head_answers))  # fmt: skip
         finding.check(f"{probe}: /healthz answered every time", set(checks) == {"200"})
+    grpc_refusals(ctx, finding)
+
+
+def grpc_refusals(ctx: DrillContext, finding: Finding) -> None:
+    """Issue 55, item 5: refused OTLP/gRPC calls must not keep their requests. 100 calls of
+    a 45 MiB message without the ingest key the sidecar requires (before: two such
+    messages held 8.4 GB, still held 300 requests later); the process tree's RSS after the
+    5th call and a second after the last."""
+    calls = 10 if ctx.scale.quick else 100
+    size = (2 if ctx.scale.quick else 45) * MIB
+    message = b"\x0a" + _length_prefixed(size)
+    env = {"FAULTFINDER_INGEST_KEYS": "a-key-the-caller-does-not-have"}
+    with (
+        ctx.database("grpc-refusals") as url,
+        ctx.sidecar(url, env, grpc=True) as sidecar,
+        grpc.insecure_channel(
+            sidecar.grpc_target or "",
+            options=[("grpc.max_send_message_length", 64 * MIB)],
+        ) as channel,
+    ):
+        export = channel.unary_unary(_EXPORT)
+        codes: Counter[str] = Counter()
+        rss_after_5 = 0.0
+        for call in range(calls):
+            try:
+                export(message, timeout=60)
+                codes["OK"] += 1
+            except grpc.RpcError as error:
+                codes[error.code().name] += 1  # type: ignore[attr-defined]
+            if call == 4:
+                rss_after_5 = tree_mb(sidecar.pid, "VmRSS")
+        time.sleep(1)
+        grown = round(tree_mb(sidecar.pid, "VmRSS") - rss_after_5, 1)
+    probe = f"{calls} refused {size // MIB} MiB gRPC calls"
+    finding.add(probe, answers=dict(codes), rss_after_5th_mb=rss_after_5, grown_since_mb=grown)
+    finding.check(f"{probe}: all refused", "OK" not in codes and sum(codes.values()) == calls)
+    finding.check(f"{probe}: RSS within 100 MB of the 5th call", grown < 100)
+
+
+def _length_prefixed(size: int) -> bytes:
+    """The rest of a `resource_spans` field of `size` bytes (its length, then zeros: an
+    empty resource repeated), so the message is `size` bytes of valid-looking OTLP."""
+    out, value = bytearray(), size
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out) + b"\x0a\x00" * (size // 2)
