@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
@@ -30,6 +31,7 @@ __all__ = [
     "MINIMAL_SPAN_BYTES",
     "RunOfSteps",
     "attribute_request",
+    "failed_run_spans",
     "gzip_bomb",
     "minimal_spans_body",
     "minimal_spans_fitting",
@@ -177,9 +179,11 @@ class RunOfSteps:
         return body
 
 
-def named_run_body(run_id: str, agents: Sequence[str], *, task: str = "Add 2 and 2.") -> bytes:
-    """A small failed run named `run_id` whose steps are spoken by `agents`, encoded by the
-    OpenTelemetry SDK's OTLP encoder."""
+def failed_run_spans(
+    run_id: str, steps: Sequence[tuple[str, str]], *, task: str = "Add 2 and 2."
+) -> list[ReadableSpan]:
+    """A failed run named `run_id`: an agent step per (agent, output) of `steps`, then its
+    failed root, last, as SDKs send it."""
     ids = random.Random(os.urandom(16))
     builder = SpanBuilder(Resource.create({c.SERVICE_NAME: "faultfinder-hostile"}), _SCOPE, ids)
     trace_id = ids.getrandbits(128) or 1
@@ -195,13 +199,13 @@ def named_run_body(run_id: str, agents: Sequence[str], *, task: str = "Add 2 and
                 c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_AGENT,
                 c.GEN_AI_AGENT_NAME: agent,
                 c.GEN_AI_OUTPUT_MESSAGES: json.dumps(
-                    [{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]
+                    [{"role": "assistant", "parts": [{"type": "text", "content": output}]}]
                 ),
             },
             start + (index + 1) * 1_000_000,
             start + (index + 1) * 1_000_000 + 500_000,
         )
-        for index, agent in enumerate(agents)
+        for index, (agent, output) in enumerate(steps)
     ]
     spans.append(
         builder.span(
@@ -215,10 +219,17 @@ def named_run_body(run_id: str, agents: Sequence[str], *, task: str = "Add 2 and
                 c.RUN_OUTCOME: "failure",
             },
             start,
-            start + (len(agents) + 1) * 1_000_000,
+            start + (len(steps) + 1) * 1_000_000,
             status=Status(StatusCode.ERROR, "wrong answer"),
         )
     )
+    return spans
+
+
+def named_run_body(run_id: str, agents: Sequence[str], *, task: str = "Add 2 and 2.") -> bytes:
+    """A small failed run named `run_id` whose steps are spoken by `agents`, encoded by the
+    OpenTelemetry SDK's OTLP encoder."""
+    spans = failed_run_spans(run_id, [(agent, "5") for agent in agents], task=task)
     body: bytes = encode_spans(spans).SerializeToString()
     return body
 

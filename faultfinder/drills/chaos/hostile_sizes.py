@@ -13,69 +13,26 @@ items 3 and 9), on the sidecar's default settings unless said.
 from __future__ import annotations
 
 import gzip
-import json
 import os
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Status, StatusCode
 from sqlalchemy.engine import make_url
 
-from faultfinder import conventions as c
+from faultfinder.drills.chaos.hostile_bodies import failed_run_spans, named_run_body
 from faultfinder.drills.chaos.hostile_bounds import reset_peaks, tree_mb
 from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
 from faultfinder.drills.chaos.hostile_probes import PROTOBUF_HEADERS
-from faultfinder.drills.otlp_traces import SpanBuilder
 
 __all__ = ["sizes_drill"]
 
 _SCOPE = InstrumentationScope("faultfinder.drills.chaos.hostile", "0.1.0")
 _GZIP = {**PROTOBUF_HEADERS, "content-encoding": "gzip"}
-
-
-def _run_spans(run_id: str, outputs: Sequence[str], agent: str = "worker") -> list[ReadableSpan]:
-    """A failed run: agent steps saying `outputs`, then its failed root (sent last)."""
-    builder = SpanBuilder(
-        Resource.create({c.SERVICE_NAME: "faultfinder-hostile"}), _SCOPE, random.Random()
-    )
-    trace_id = random.getrandbits(128) or 1
-    root = builder.context(trace_id)
-    start = time.time_ns() - 10**10
-    steps = [
-        builder.span(
-            f"{c.OP_INVOKE_AGENT} {agent}",
-            builder.context(trace_id),
-            root,
-            {
-                c.RUN_ID: run_id,
-                c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_AGENT,
-                c.GEN_AI_AGENT_NAME: agent,
-                c.GEN_AI_OUTPUT_MESSAGES: json.dumps(
-                    [{"role": "assistant", "parts": [{"type": "text", "content": output}]}]
-                ),
-            },
-            start + 1000 * n,
-            start + 1000 * n + 500,
-        )
-        for n, output in enumerate(outputs)
-    ]
-    workflow = builder.span(
-        f"{c.OP_INVOKE_WORKFLOW} hostile",
-        root,
-        None,
-        {c.RUN_ID: run_id, c.GEN_AI_OPERATION_NAME: c.OP_INVOKE_WORKFLOW, c.RUN_TASK: "Count."},
-        start,
-        start + 10**9,
-        status=Status(StatusCode.ERROR, "wrong answer"),
-    )
-    return [*steps, workflow]
 
 
 def _bodies(spans: Sequence[ReadableSpan], per_request: int) -> list[bytes]:
@@ -127,7 +84,9 @@ def sizes_drill(ctx: DrillContext, finding: Finding) -> None:
 def _large_outputs(ctx: DrillContext, finding: Finding, *, steps: int) -> None:
     probe = f"one run of {steps} steps of 1 MiB"
     outputs = [f"step {n} " + f"{n % 10}" * MIB for n in range(steps)]
-    bodies = _bodies(_run_spans("large outputs", outputs), 10)
+    bodies = _bodies(
+        failed_run_spans("large outputs", [("worker", output) for output in outputs]), 10
+    )
     with (
         ctx.database("sizes-large") as url,
         ctx.sidecar(url) as sidecar,
@@ -151,8 +110,6 @@ def _large_outputs(ctx: DrillContext, finding: Finding, *, steps: int) -> None:
 
 
 def _long_names(ctx: DrillContext, finding: Finding, *, runs: int) -> None:
-    from faultfinder.drills.chaos.hostile_bodies import named_run_body
-
     probe = f"{runs} runs with 1 MiB run ids and agent names"
     with (
         ctx.database("sizes-names") as url,
@@ -179,7 +136,7 @@ def _long_names(ctx: DrillContext, finding: Finding, *, runs: int) -> None:
 
 def _over_the_cap(ctx: DrillContext, finding: Finding) -> None:
     probe = "a failed run past its span cap, its root last"
-    spans = _run_spans("over the cap", [f"{n}" for n in range(300)])
+    spans = failed_run_spans("over the cap", [("worker", f"{n}") for n in range(300)])
     with (
         ctx.database("sizes-cap") as url,
         ctx.sidecar(url, {"FAULTFINDER_MAX_SPANS_PER_RUN": "200"}) as sidecar,
