@@ -146,13 +146,7 @@ class Corrector:
 
     complete: Callable[[str, str], str]
 
-    def prompt(
-        self,
-        trajectory: Trajectory,
-        step: int,
-        reply: Mapping[str, Any],
-        tools: Sequence[str] = (),
-    ) -> str:
+    def prompt(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
         before = "\n".join(_render(s) for s in trajectory.steps[:step])[-CONTEXT_CHARS:]
         target = trajectory.steps[step]
         if trajectory.ground_truth:
@@ -167,13 +161,12 @@ class Corrector:
                 f" {function.get('arguments')}. Reply with the corrected arguments as one JSON"
                 " object only (or, if the agent should not call a tool here, with its message)."
             )
-        elif tools:
-            shape = (
-                "Reply with the corrected message only; or, if the agent should have called"
-                f" one of its tools ({', '.join(tools)}) here instead, with that call as one"
-                ' JSON object: {"name": TOOL, "arguments": {...}}.'
-            )
         else:
+            # Offering the model the tools here ("or, if the agent should have called one
+            # of them, that call") made the 1.5B corrector repeat a call the run had already
+            # made in place of nearly every message: 41 of 95 injected failures flipped,
+            # against 58 without the offer (reports/flips.md). A user's correction may still
+            # be a call (`corrected_reply`).
             shape = "Reply with the corrected message only."
         return (
             f"The team's task: {trajectory.task}\n{known}\n"
@@ -182,14 +175,8 @@ class Corrector:
             f"The step to correct:\n<<<\n{_render(target)}\n>>>\n\n{shape}"
         )
 
-    def __call__(
-        self,
-        trajectory: Trajectory,
-        step: int,
-        reply: Mapping[str, Any],
-        tools: Sequence[str] = (),
-    ) -> str:
-        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply, tools)).strip()
+    def __call__(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
+        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply)).strip()
         if text.startswith("```"):
             text = text.split("\n", 1)[1] if "\n" in text else ""
             text = text.rsplit("```", 1)[0].strip()

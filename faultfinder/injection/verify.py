@@ -305,7 +305,7 @@ class Verification:
             if self.corrector is None:
                 return [{**base, "outcome": "error", "note": "no correction was given"}]
             try:
-                correction = self.corrector(trajectory, step, reply, tools)
+                correction = self.corrector(trajectory, step, reply)
             except httpx.HTTPError as exc:
                 return [{**base, "outcome": "error", "note": f"the corrector failed: {exc!r}"}]
             if not correction:

@@ -155,13 +155,6 @@ def test_a_message_corrected_into_a_call_of_an_offered_tool_calls_it() -> None:
         assert "tool_calls" not in kept["choices"][0]["message"]
     request = {"tools": [{"type": "function", "function": {"name": "city_facts"}}, {"x": 1}]}
     assert request_tools(request) == ["city_facts"]
-    prompt = Corrector(lambda system, user: "").prompt(
-        Trajectory(run_id="r", task="t", steps=(
-            Step(index=0, agent="researcher", kind=StepKind.LLM, content="The answer is 40."),
-        )),
-        0, stopped, ["city_facts"],
-    )  # fmt: skip
-    assert "one of its tools (city_facts)" in prompt
 
 
 def test_a_verification_is_an_attribution_of_the_earliest_flipped_step() -> None:
