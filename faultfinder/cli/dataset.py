@@ -29,8 +29,7 @@ __all__ = ["dataset_group"]
         ),
         "stats": (
             "faultfinder.datasets.command:stats",
-            "How much each SPEC looks like real failures: run shape, where labels sit, what"
-            " comes before them.",
+            "How much each SPEC looks like real failures",
         ),
     },
 )

@@ -29,7 +29,7 @@ __all__ = ["inject_group"]
         ),
         "flip-rate": (
             "faultfinder.injection.flips:flips_command",
-            "How many kept injected failures correcting their labelled step made succeed",
+            "Count the kept injected failures that correcting their labelled step made succeed",
         ),
     },
 )

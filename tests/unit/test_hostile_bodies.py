@@ -72,10 +72,10 @@ def test_an_attribute_request_has_the_steps_asked_for() -> None:
 
 
 def test_items_are_all_or_a_list_of_issue_items() -> None:
-    assert parse_items("all") == list(range(1, 9))
-    assert parse_items("6, 1,3,1") == [1, 3, 6]
-    with pytest.raises(ValueError, match="9"):
-        parse_items("1,9")
+    assert parse_items("all") == list(range(1, 13))
+    assert parse_items("6, 1,3,1,12") == [1, 3, 6, 12]
+    with pytest.raises(ValueError, match="13"):
+        parse_items("1,13")
 
 
 def test_a_finding_says_whether_it_held_and_which_check_failed() -> None:
