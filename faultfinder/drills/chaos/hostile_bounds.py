@@ -32,12 +32,13 @@ from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
 from faultfinder.drills.chaos.hostile_probes import PROTOBUF_HEADERS, IngestProbe, timed
 from faultfinder.drills.ingest import process_memory_kb
 
-__all__ = ["bodies_drill", "reset_peaks", "storage_drill", "tree_mb"]
+__all__ = ["bodies_drill", "reset_peaks", "storage_drill", "tree_mb", "wire_field"]
 
 JSON_HEADERS = {"content-type": "application/json"}
 
 
-def _field(number: int, payload: bytes) -> bytes:
+def wire_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field: its key, its length, `payload`."""
     out, value = bytearray(), number << 3 | 2
     for part in (value, len(payload)):
         while part >= 0x80:
@@ -48,7 +49,7 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _spans_request(spans: bytes) -> bytes:
-    return _field(1, _field(2, spans))  # resource_spans → scope_spans → the spans
+    return wire_field(1, wire_field(2, spans))  # resource_spans → scope_spans → the spans
 
 
 def _empty_spans(size: int) -> bytes:
@@ -56,8 +57,8 @@ def _empty_spans(size: int) -> bytes:
 
 
 def _span_with_events(events: int) -> bytes:
-    span = _field(1, b"\x09" * 16) + _field(2, b"\x02" * 8) + _field(5, b"root")
-    return _spans_request(_field(2, span + b"\x5a\x00" * events))
+    span = wire_field(1, b"\x09" * 16) + wire_field(2, b"\x02" * 8) + wire_field(5, b"root")
+    return _spans_request(wire_field(2, span + b"\x5a\x00" * events))
 
 
 def _empty_json_spans(size: int) -> bytes:
@@ -225,18 +226,23 @@ def _measure(
 
 
 def _kvlists(levels: int) -> bytes:
-    value = _field(1, b"leaf")
+    value = wire_field(1, b"leaf")
     for level in range(levels):
-        value = _field(6, _field(1, _field(1, f"k{level}".encode()) + _field(2, value)))
+        value = wire_field(
+            6, wire_field(1, wire_field(1, f"k{level}".encode()) + wire_field(2, value))
+        )
     return value
 
 
 def _deep_attribute_request(levels: int) -> bytes:
-    attribute = _field(1, b"deep") + _field(2, _kvlists(levels))
+    attribute = wire_field(1, b"deep") + wire_field(2, _kvlists(levels))
     span = (
-        _field(1, b"\x0a" * 16) + _field(2, b"\x03" * 8) + _field(5, b"deep") + _field(9, attribute)
+        wire_field(1, b"\x0a" * 16)
+        + wire_field(2, b"\x03" * 8)
+        + wire_field(5, b"deep")
+        + wire_field(9, attribute)
     )
-    return _spans_request(_field(2, span))
+    return _spans_request(wire_field(2, span))
 
 
 def _deep_details(levels: int) -> dict[str, Any]:

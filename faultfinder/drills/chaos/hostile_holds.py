@@ -27,7 +27,7 @@ import grpc
 import httpx
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from faultfinder.drills.chaos.hostile_bounds import tree_mb
+from faultfinder.drills.chaos.hostile_bounds import tree_mb, wire_field
 from faultfinder.drills.chaos.hostile_context import MIB, DrillContext, Finding
 from faultfinder.drills.chaos.hostile_probes import PROTOBUF_HEADERS, RawUpload
 from faultfinder.drills.chaos.traffic import ChaosTraffic
@@ -188,7 +188,7 @@ def grpc_refusals(ctx: DrillContext, finding: Finding) -> None:
     5th call and a second after the last."""
     calls = 10 if ctx.scale.quick else 100
     size = (2 if ctx.scale.quick else 45) * MIB
-    message = b"\x0a" + _length_prefixed(size)
+    message = wire_field(1, b"\x0a\x00" * (size // 2))  # resource_spans of empty resources
     env = {"FAULTFINDER_INGEST_KEYS": "a-key-the-caller-does-not-have"}
     with (
         ctx.database("grpc-refusals") as url,
@@ -215,14 +215,3 @@ def grpc_refusals(ctx: DrillContext, finding: Finding) -> None:
     finding.add(probe, answers=dict(codes), rss_after_5th_mb=rss_after_5, grown_since_mb=grown)
     finding.check(f"{probe}: all refused", "OK" not in codes and sum(codes.values()) == calls)
     finding.check(f"{probe}: RSS within 100 MB of the 5th call", grown < 100)
-
-
-def _length_prefixed(size: int) -> bytes:
-    """The rest of a `resource_spans` field of `size` bytes (its length, then zeros: an
-    empty resource repeated), so the message is `size` bytes of valid-looking OTLP."""
-    out, value = bytearray(), size
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out) + b"\x0a\x00" * (size // 2)
