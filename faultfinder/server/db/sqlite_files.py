@@ -5,10 +5,17 @@ In WAL mode SQLite maps `<db>-shm` into memory and writes to it at every commit 
 when a reader takes a read mark). If the file cannot be written — `chattr +i`, a
 permission or mount changed under a running server — the kernel answers that write with
 SIGBUS, which kills the whole process: no 503, no `/readyz`. So each transaction first
-opens the database's files for writing (three `open` calls, some microseconds); one
-that refuses raises a SQLITE_READONLY `OperationalError`, which every caller already
-treats as "the database refuses writes": ingest answers 503 + Retry-After and keeps the
-spans queued, `/readyz` answers 503, background rounds try again later.
+asks the kernel whether the database's files may be written (three `access` calls, some
+microseconds); one that refuses raises a SQLITE_READONLY `OperationalError`, which every
+caller already treats as "the database refuses writes": ingest answers 503 + Retry-After
+and keeps the spans queued, `/readyz` answers 503, background rounds try again later.
+
+The check must not open the files: closing any descriptor of a file drops every POSIX
+lock the process holds on it, SQLite's WAL locks among them, and another connection
+then rebuilds the `-shm` under a live mapping — the very SIGBUS this guards against
+(seen under load with a worker process on the same database). `access(2)` opens
+nothing and refuses writing on an immutable file (EPERM) or a read-only mount (EROFS)
+as `open` would.
 """
 
 from __future__ import annotations
@@ -24,24 +31,36 @@ from sqlalchemy.engine import Engine
 
 __all__ = ["guard_sqlite_files", "unwritable_file"]
 
-_REFUSED = frozenset({errno.EPERM, errno.EACCES, errno.EROFS})
 SQLITE_READONLY = 8
 
 
 def unwritable_file(database: str) -> tuple[str, OSError] | None:
-    """The first of `database`, its `-wal` and its `-shm` that exists and cannot be
-    opened for writing, with the error; None when all can (or none exists yet)."""
+    """The first of `database`, its `-wal` and its `-shm` that exists and may not be
+    written, with the error; None when all may (or none exists yet). Opens nothing
+    (module docstring)."""
     for path in (database, f"{database}-wal", f"{database}-shm"):
+        if os.access(path, os.W_OK, effective_ids=True):
+            continue
+        # Refused or absent: `access` answers only False, so ask `stat` which it is.
         try:
-            handle = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        except OSError as error:
-            if error.errno in _REFUSED:
-                return path, error
-            continue
-        os.close(handle)
+            os.stat(path)
+        except OSError:
+            continue  # absent (or vanished): nothing to write yet
+        error = _write_refusal(path)
+        if error is not None:
+            return path, error
     return None
+
+
+def _write_refusal(path: str) -> OSError | None:
+    """Why the kernel refuses writing `path`, as the OSError `open` would raise; found
+    without opening it (a read-only mount, an immutable file, or permissions)."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+    except OSError:
+        return None
+    return OSError(errno.EPERM, os.strerror(errno.EPERM), path)
 
 
 def guard_sqlite_files(engine: Engine, database: str | None) -> None:

@@ -1,0 +1,77 @@
+"""The SQLite file check before each transaction (`server/db/sqlite_files.py`) finds a
+file that refuses writes, and leaves SQLite's locks alone while it looks."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faultfinder.server.db.sqlite_files import unwritable_file
+
+_TRY_TO_WRITE = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)
+try:
+    connection.execute("BEGIN IMMEDIATE")
+except sqlite3.OperationalError as error:
+    print(error)
+else:
+    print("got the write lock")
+"""
+
+
+def _wal_database(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("CREATE TABLE t (x)")
+    connection.execute("INSERT INTO t VALUES (1)")
+    return connection
+
+
+def _another_process_writes(path: Path) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", _TRY_TO_WRITE, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+
+
+def test_the_check_keeps_the_write_lock_this_process_holds(tmp_path: Path) -> None:
+    # Closing any descriptor of a file drops every POSIX lock the process holds on it:
+    # a check that opened the files would let another process write beside a writer
+    # that believes it holds the lock, and rebuild the `-shm` under its mapping.
+    database = tmp_path / "f.db"
+    holder = _wal_database(database)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO t VALUES (2)")
+    assert _another_process_writes(database) == "database is locked"
+
+    assert unwritable_file(str(database)) is None
+
+    assert _another_process_writes(database) == "database is locked"
+    holder.execute("COMMIT")
+    assert _another_process_writes(database) == "got the write lock"
+
+
+def test_absent_files_are_not_refusals(tmp_path: Path) -> None:
+    assert unwritable_file(str(tmp_path / "not-yet.db")) is None
+
+
+def test_an_immutable_wal_index_is_named(tmp_path: Path) -> None:
+    database = tmp_path / "f.db"
+    holder = _wal_database(database)
+    shm = Path(f"{database}-shm")
+    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
+    try:
+        found = unwritable_file(str(database))
+    finally:
+        subprocess.run(["chattr", "-i", str(shm)], check=True)
+        holder.close()
+    assert found is not None and found[0] == str(shm)
