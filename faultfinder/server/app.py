@@ -44,6 +44,7 @@ from faultfinder.server.composition import Composition, ProcessKind, publish_att
 from faultfinder.server.errors import ServerError, answer_for
 from faultfinder.server.events import ATTRIBUTION, RUN_CHANGED, EventBus, announcing
 from faultfinder.server.grpc_receiver import GrpcReceiver
+from faultfinder.server.heap_trimmer import HeapTrimmer
 from faultfinder.server.http_guard import BoundedJsonRequest, HttpGuard, served_hosts
 from faultfinder.server.ingest import SpanWriter
 from faultfinder.server.logs import flush_logs, logging_config
@@ -191,6 +192,10 @@ def create_app(settings: Settings | None = None) -> Litestar:
                     await daemons.enter_async_context(receiver)
                     app.state.grpc_port = receiver.port
                 await daemons.enter_async_context(sweeper)
+                if settings.heap_trim_mb:
+                    await daemons.enter_async_context(
+                        HeapTrimmer(growth=settings.heap_trim_mb << 20)
+                    )
                 if settings.audit_in_process:
                     await daemons.enter_async_context(
                         AuditorProcess(settings, on_alarm=raise_alarm)

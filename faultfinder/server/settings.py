@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=16 * 1024 * 1024, gt=0, description="Largest accepted request body (HTTP 413)."
     )
+    heap_trim_mb: int = Field(
+        default=32,
+        ge=0,
+        description="Give freed heap back to the system once the serving process has grown "
+        "by this many MB since the last time (checked every second; 0: never).",
+    )
     max_spans_per_request: int = Field(
         default=20_000,
         gt=0,
