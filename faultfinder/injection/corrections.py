@@ -168,6 +168,14 @@ class Corrector:
             # against 58 without the offer (reports/flips.md). A user's correction may still
             # be a call (`corrected_reply`).
             shape = "Reply with the corrected message only."
+            if trajectory.ground_truth:
+                # Told only far above, the 1.5B corrector kept an injected guess's sentence
+                # and filled it from the task's words ("The answer is South." for 740):
+                # the answer is said again where the model writes.
+                shape += (
+                    " Where the message answers the team's task, it must give the right"
+                    f" answer: {trajectory.ground_truth}"
+                )
         return (
             f"The team's task: {trajectory.task}\n{known}\n"
             f"The run's final answer was: {trajectory.final_answer or '(none)'}\n\n"

@@ -186,7 +186,7 @@ class Verification:
         settings.out.mkdir(parents=True, exist_ok=True)
         sidecar = SidecarAPI(settings.sidecar_url, settings.sidecar_api_key)
         try:
-            detail = sidecar.run(settings.run_id)
+            detail = self._run_detail(sidecar)
             trajectory = Trajectory.model_validate(detail["trajectory"])
             answer = settings.answer or trajectory.ground_truth or ""
             if not answer and settings.grader.command is None:
@@ -204,7 +204,9 @@ class Verification:
                 "search": settings.search,
                 "candidates": [result.as_json() for result in results],
             }
-            if settings.post:
+            if detail.get("from_recording"):
+                summary["trajectory_from"] = "recording"
+            elif settings.post:
                 summary["attribution"] = self._posted(summary) or sidecar.post_verification(
                     settings.run_id,
                     {
@@ -228,6 +230,20 @@ class Verification:
             }
             (settings.out / "label.json").write_text(json.dumps(label, indent=2) + "\n")
         return summary
+
+    def _run_detail(self, sidecar: SidecarAPI) -> dict[str, Any]:
+        """The run as the sidecar has it; or, where the sidecar does not know the run (its
+        database was not kept), the trajectory the recording kept of this very run, with
+        no attributions (candidates must then be named) and nothing to post it to."""
+        try:
+            return sidecar.run(self.settings.run_id)
+        except httpx.HTTPStatusError as error:
+            kept = self.recording.info.get("trajectory")
+            if error.response.status_code != 404 or not isinstance(kept, dict):
+                raise
+            if kept.get("run_id") != self.settings.run_id:
+                raise
+            return {"trajectory": kept, "attributions": [], "from_recording": True}
 
     def _posted(self, summary: Mapping[str, Any]) -> dict[str, Any] | None:
         """The attribution an earlier run of the same verification stored, if it did (a

@@ -46,7 +46,13 @@ def _show(result: CandidateResult) -> None:
 @click.option("--recording", required=True,
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="The failed run's model calls, recorded through the replay proxy.")  # fmt: skip
-@click.option("--run", "run_id", required=True, help="The failed run's id in the sidecar.")
+@click.option(
+    "--run",
+    "run_id",
+    required=True,
+    help="The failed run's id in the sidecar (where the sidecar does not have it, the"
+    " trajectory the recording kept of it is used and nothing is posted).",
+)
 @click.option("--sidecar", "sidecar_url", required=True, help="The sidecar's URL.")
 @click.option("--sidecar-api-key", envvar="FAULTFINDER_API_KEY", help="$FAULTFINDER_API_KEY.")
 @click.option("--upstream", required=True, envvar="OPENAI_BASE_URL",

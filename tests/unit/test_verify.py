@@ -4,9 +4,15 @@ attribution the sidecar makes of a verification."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from faultfinder.attributors.model import AttributionStatus, Step, StepKind, Trajectory
@@ -17,8 +23,14 @@ from faultfinder.injection.corrections import (
     request_tools,
 )
 from faultfinder.injection.exchanges import Exchange, Recording
+from faultfinder.injection.sidecar_api import SidecarAPI
 from faultfinder.injection.step_calls import model_calls_of_steps
-from faultfinder.injection.verify import attributed_candidates, candidate_result
+from faultfinder.injection.verify import (
+    Verification,
+    VerifySettings,
+    attributed_candidates,
+    candidate_result,
+)
 from faultfinder.server.metrics import ServerMetrics
 from faultfinder.server.schemas import VerificationIn
 from faultfinder.server.verifications import counterfactual_attribution
@@ -204,3 +216,87 @@ def test_a_correction_that_repeats_the_prompts_step_header_loses_it() -> None:
     reply = {"choices": [{"message": {"role": "assistant", "content": step.content}}]}
     assert echoed(trajectory, 0, reply) == "Ashgrove is in Caldoria."
     assert plain(trajectory, 0, reply) == "Ashgrove [3] is in Caldoria (llm): yes."
+
+
+def test_a_message_steps_correction_is_asked_with_the_right_answer_beside_the_request() -> None:
+    # Told the answer only at the top, a small corrector kept a guessing step's sentence
+    # and filled it from the task's own words; the answer is restated where it writes.
+    step = Step(
+        index=0,
+        agent="researcher",
+        kind=StepKind.LLM,
+        content="I have enough to answer now. The answer is South.",
+    )
+    known = Trajectory(
+        run_id="r",
+        task="How many units were sold in the South region?",
+        steps=(step,),
+        ground_truth="740",
+    )
+    unknown = Trajectory(run_id="r", task=known.task, steps=(step,))
+    message = {"choices": [{"message": {"role": "assistant", "content": step.content}}]}
+    call = _reply(name="sum_units", arguments={"region": "North"})
+    corrector = Corrector(lambda system, user: "")
+    asked = corrector.prompt(known, 0, message)
+    assert asked.rstrip().endswith("it must give the right answer: 740")
+    assert "right answer" not in corrector.prompt(unknown, 0, message).split(">>>")[-1]
+    # A call's correction is its arguments: no answer is asked of it.
+    assert "740" not in corrector.prompt(known, 0, call).split(">>>")[-1]
+
+
+@contextlib.contextmanager
+def _sidecar_that_knows_no_run() -> Iterator[str]:
+    """A loopback HTTP server answering 404 to every request, as a sidecar on a fresh
+    database answers for a run it never received."""
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _settings(tmp_path: Path, sidecar: str, run_id: str, kept_run: str) -> VerifySettings:
+    trajectory = Trajectory(
+        run_id=kept_run,
+        task="Population of Oslo?",
+        steps=(Step(index=0, agent="Researcher", kind=StepKind.MESSAGE, content="It is 5."),),
+        ground_truth="709,037",
+    )
+    recording = tmp_path / "run.json"
+    Recording(
+        [Exchange({}, _reply("It is 5."))], {"trajectory": trajectory.model_dump(mode="json")}
+    ).save(recording)
+    return VerifySettings(
+        program="true",
+        recording=recording,
+        run_id=run_id,
+        sidecar_url=sidecar,
+        upstream="http://127.0.0.1:9/v1",
+        out=tmp_path / "out",
+        task="Population of Oslo?",
+    )
+
+
+def test_a_run_the_sidecar_does_not_know_is_read_from_its_recording(tmp_path: Path) -> None:
+    with _sidecar_that_knows_no_run() as sidecar:
+        kept = Verification(_settings(tmp_path, sidecar, "r1", kept_run="r1"), None)
+        detail = kept._run_detail(SidecarAPI(sidecar, None))
+        assert detail["trajectory"]["ground_truth"] == "709,037"
+        assert detail["attributions"] == [] and detail["from_recording"]
+        # A recording of another run is not taken for this one: the 404 stands.
+        other = Verification(_settings(tmp_path, sidecar, "r2", kept_run="r1"), None)
+        with pytest.raises(httpx.HTTPStatusError):
+            other._run_detail(SidecarAPI(sidecar, None))
