@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
+import mmap
 from collections.abc import Callable
 
 __all__ = ["LARGE_BUFFER_BYTES", "heap_trim", "resident_bytes", "return_large_buffers"]
@@ -31,7 +31,7 @@ LARGE_BUFFER_BYTES = 1 << 20
 """Allocations of this size and more get a memory map of their own."""
 _M_MMAP_THRESHOLD = -3
 """glibc's `mallopt` parameter number for the threshold (malloc.h)."""
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+_PAGE_BYTES = mmap.PAGESIZE
 
 
 def _libc() -> ctypes.CDLL | None:
