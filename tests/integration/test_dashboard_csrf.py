@@ -11,11 +11,10 @@ not a browser's and is untouched.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from faultfinder.attributors.model import Step, StepKind, Trajectory
 from faultfinder.evaluation.replay import replay
 from tests.integration.browser import needs_chromium
 from tests.integration.sidecar import Sidecar, running_sidecar
+from tests.loopback import serving
 
 KEY = "s3cret"
 FAST = {"FAULTFINDER_QUIET_PERIOD": "0.3", "FAULTFINDER_SWEEP_INTERVAL": "0.2"}
@@ -158,14 +158,8 @@ def _attacker_site(page: str) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url + "/"
 
 
 @needs_chromium

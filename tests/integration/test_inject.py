@@ -17,10 +17,9 @@ import re
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from faultfinder.datasets import load_dataset
 from faultfinder.injection.exchanges import Exchange, Recording
 from faultfinder.injection.proxy import DIVERGED_STATUS, ReplayProxy
 from tests.integration.sidecar import FAULTFINDER
+from tests.loopback import serving
 
 PROGRAM = textwrap.dedent(
     '''
@@ -142,14 +142,8 @@ def scripted_model(
             self.end_headers()
             self.wfile.write(payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url + "/v1"
 
 
 def test_inject_run_keeps_a_failure_discards_a_recovery_and_exports_the_label(

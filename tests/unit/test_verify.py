@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from faultfinder.injection.verify import (
 from faultfinder.server.metrics import ServerMetrics
 from faultfinder.server.schemas import VerificationIn
 from faultfinder.server.verifications import counterfactual_attribution
+from tests.loopback import serving
 
 
 def _reply(content: str | None = None, **call: Any) -> dict[str, Any]:
@@ -258,14 +258,8 @@ def _sidecar_that_knows_no_run() -> Iterator[str]:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(NotFound) as url:
+        yield url
 
 
 def _settings(tmp_path: Path, sidecar: str, run_id: str, kept_run: str) -> VerifySettings:
