@@ -41,26 +41,13 @@ def unwritable_file(database: str) -> tuple[str, OSError] | None:
     for path in (database, f"{database}-wal", f"{database}-shm"):
         if os.access(path, os.W_OK, effective_ids=True):
             continue
-        # Refused or absent: `access` answers only False, so ask `stat` which it is.
-        try:
-            os.stat(path)
+        try:  # refused, or absent: `access` says only False
+            read_only = os.statvfs(path).f_flag & os.ST_RDONLY
         except OSError:
             continue  # absent (or vanished): nothing to write yet
-        error = _write_refusal(path)
-        if error is not None:
-            return path, error
+        code = errno.EROFS if read_only else errno.EPERM
+        return path, OSError(code, os.strerror(code), path)
     return None
-
-
-def _write_refusal(path: str) -> OSError | None:
-    """Why the kernel refuses writing `path`, as the OSError `open` would raise; found
-    without opening it (a read-only mount, an immutable file, or permissions)."""
-    try:
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return OSError(errno.EROFS, os.strerror(errno.EROFS), path)
-    except OSError:
-        return None
-    return OSError(errno.EPERM, os.strerror(errno.EPERM), path)
 
 
 def guard_sqlite_files(engine: Engine, database: str | None) -> None:
