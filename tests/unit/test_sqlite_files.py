@@ -75,3 +75,43 @@ def test_an_immutable_wal_index_is_named(tmp_path: Path) -> None:
         subprocess.run(["chattr", "-i", str(shm)], check=True)
         holder.close()
     assert found is not None and found[0] == str(shm)
+
+
+_CHECKPOINT = """
+import sqlite3, sys
+from faultfinder.server.store.write_thread import WalCheckpointer
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("SELECT count(*) FROM t").fetchall()  # maps the -shm while writable
+print("mapped", flush=True)
+sys.stdin.readline()  # the -shm turns immutable meanwhile
+WalCheckpointer(sys.argv[1])._checkpoint(connection)
+print("alive", flush=True)
+"""
+
+
+def test_the_checkpointer_leaves_an_immutable_wal_index_alone(tmp_path: Path) -> None:
+    # A checkpoint writes the `-shm` through the memory map its connection made while the
+    # file could be written: once immutable, the kernel answers that write with SIGBUS,
+    # which kills the process (run apart for that reason).
+    database = tmp_path / "f.db"
+    holder = _wal_database(database)
+    holder.execute("INSERT INTO t VALUES (3)")
+    shm = Path(f"{database}-shm")
+    checkpointer = subprocess.Popen(
+        [sys.executable, "-c", _CHECKPOINT, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert checkpointer.stdout is not None and checkpointer.stdin is not None
+    assert checkpointer.stdout.readline().strip() == "mapped"
+    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+        checkpointer.kill()
+        pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
+    try:
+        stdout, stderr = checkpointer.communicate("go\n", timeout=60)
+    finally:
+        subprocess.run(["chattr", "-i", str(shm)], check=True)
+        holder.close()
+    assert checkpointer.returncode == 0 and stdout.strip() == "alive", stderr[-2000:]

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from faultfinder.server.db.engine import sqlite_engine_beside
+from faultfinder.server.db.sqlite_files import unwritable_file
 
 __all__ = ["RESTART_PAGES", "SqliteWriteThread", "WalCheckpointer", "file_database"]
 
@@ -120,6 +121,12 @@ class WalCheckpointer:
             connection.close()
 
     def _checkpoint(self, connection: sqlite3.Connection) -> None:
+        # A checkpoint writes the `-shm` too, and this connection is no engine's: the
+        # same check as every transaction's (`db/sqlite_files.py`), or SIGBUS.
+        refused = unwritable_file(self._path)
+        if refused is not None:
+            log.debug("checkpoint of %s deferred: %s refuses writes", self._path, refused[0])
+            return
         try:
             # fetchall, not fetchone: a statement left unfinished keeps a read snapshot
             # open, and the log cannot start over while anyone reads it.
