@@ -115,3 +115,60 @@ def test_the_checkpointer_leaves_an_immutable_wal_index_alone(tmp_path: Path) ->
         subprocess.run(["chattr", "-i", str(shm)], check=True)
         holder.close()
     assert checkpointer.returncode == 0 and stdout.strip() == "alive", stderr[-2000:]
+
+
+_NEW_CONNECTION = """
+import asyncio, sys
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+from faultfinder.server.db.engine import create_engine
+
+async def main() -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{sys.argv[1]}")
+    async with engine.connect() as first:
+        await first.execute(text("SELECT count(*) FROM t"))  # maps the -shm while writable
+        print("mapped", flush=True)
+        sys.stdin.readline()  # another process writes, then the -shm turns immutable
+        try:
+            async with engine.connect() as second:  # the pool opens a new connection
+                await second.execute(text("SELECT count(*) FROM t"))
+        except OperationalError as error:
+            print("refused:", error.orig, flush=True)
+    await engine.dispose()
+    print("alive", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_new_connection_is_refused_before_its_set_up_reads_an_immutable_wal_index(
+    tmp_path: Path,
+) -> None:
+    # A new connection's set-up (journal mode and the rest) reads the database; a read
+    # after another process's commit writes a read mark into the `-shm` through the map
+    # the process already has: SIGBUS once that file is immutable, before any transaction
+    # of the engine begins.
+    database = tmp_path / "f.db"
+    holder = _wal_database(database)
+    shm = Path(f"{database}-shm")
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _NEW_CONNECTION, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline().strip() == "mapped"
+    holder.execute("INSERT INTO t VALUES (4)")  # a new end of the WAL: a new read mark
+    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+        reader.kill()
+        pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
+    try:
+        stdout, stderr = reader.communicate("go\n", timeout=60)
+    finally:
+        subprocess.run(["chattr", "-i", str(shm)], check=True)
+        holder.close()
+    assert reader.returncode == 0, (reader.returncode, stderr[-2000:])
+    assert "refused: attempt to write a readonly database (f.db-shm" in stdout
+    assert stdout.strip().endswith("alive")

@@ -4,8 +4,9 @@ read-only database, before SQLite touches them.
 In WAL mode SQLite maps `<db>-shm` into memory and writes to it at every commit (and
 when a reader takes a read mark). If the file cannot be written — `chattr +i`, a
 permission or mount changed under a running server — the kernel answers that write with
-SIGBUS, which kills the whole process: no 503, no `/readyz`. So each transaction first
-asks the kernel whether the database's files may be written (three `access` calls, some
+SIGBUS, which kills the whole process: no 503, no `/readyz`. So each new connection
+(whose set-up reads the database, taking a read mark) and each transaction first asks
+the kernel whether the database's files may be written (three `access` calls, some
 microseconds); one that refuses raises a SQLITE_READONLY `OperationalError`, which every
 caller already treats as "the database refuses writes": ingest answers 503 + Retry-After
 and keeps the spans queued, `/readyz` answers 503, background rounds try again later.
@@ -16,6 +17,9 @@ then rebuilds the `-shm` under a live mapping — the very SIGBUS this guards ag
 (seen under load with a worker process on the same database). `access(2)` opens
 nothing and refuses writing on an immutable file (EPERM) or a read-only mount (EROFS)
 as `open` would.
+
+What no check closes: a file that turns unwritable between the check and SQLite's write
+(a transaction or a checkpoint under way, some milliseconds) still kills the process.
 """
 
 from __future__ import annotations
@@ -51,12 +55,13 @@ def unwritable_file(database: str) -> tuple[str, OSError] | None:
 
 
 def guard_sqlite_files(engine: Engine, database: str | None) -> None:
-    """Check `database`'s files before each transaction of `engine` (module docstring).
-    An in-memory database (no file) is left alone."""
+    """Check `database`'s files when `engine` opens a connection, before any other
+    set-up of it, and before each transaction (module docstring). An in-memory database
+    (no file) is left alone."""
     if not database or database == ":memory:" or database.startswith("file::memory:"):
         return
 
-    def check(_connection: Any) -> None:
+    def check(*_event_args: Any) -> None:
         found = unwritable_file(database)
         if found is None:
             return
@@ -68,4 +73,5 @@ def guard_sqlite_files(engine: Engine, database: str | None) -> None:
         orig.sqlite_errorname = "SQLITE_READONLY"  # type: ignore[attr-defined]
         raise sa_exc.OperationalError("BEGIN", None, orig)
 
+    event.listen(engine, "connect", check, insert=True)
     event.listen(engine, "begin", check)

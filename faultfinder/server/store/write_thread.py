@@ -121,16 +121,20 @@ class WalCheckpointer:
             connection.close()
 
     def _checkpoint(self, connection: sqlite3.Connection) -> None:
-        # A checkpoint writes the `-shm` too, and this connection is no engine's: the
-        # same check as every transaction's (`db/sqlite_files.py`), or SIGBUS.
-        refused = unwritable_file(self._path)
-        if refused is not None:
-            log.debug("checkpoint of %s deferred: %s refuses writes", self._path, refused[0])
-            return
         try:
             # fetchall, not fetchone: a statement left unfinished keeps a read snapshot
             # open, and the log cannot start over while anyone reads it.
             with self.lock:
+                # A checkpoint writes the `-shm` too, and this connection is no engine's:
+                # the same check as every transaction's (`db/sqlite_files.py`), or SIGBUS.
+                # Made once the lock is held, right before the checkpoint: the wait for
+                # the lock (a long write) must not fall between the check and the write.
+                refused = unwritable_file(self._path)
+                if refused is not None:
+                    log.debug(
+                        "checkpoint of %s deferred: %s refuses writes", self._path, refused[0]
+                    )
+                    return
                 ((_busy, pages, _copied),) = connection.execute(
                     "PRAGMA wal_checkpoint(PASSIVE)"
                 ).fetchall()
