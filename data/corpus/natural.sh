@@ -95,7 +95,7 @@ verify_and_collect() {
     verify_one "$framework" "$recording"
   done
   "$FAULTFINDER" inject natural-collect --out "$out" --framework "$framework" \
-    --dataset "$NATURAL/$framework.jsonl" --sidecar "$sidecar_url" > "$runs/$framework.yields.json"
+    --dataset "$NATURAL/$framework.jsonl" > "$runs/$framework.yields.json"
   stop_sidecar
 }
 
