@@ -140,13 +140,47 @@ def _render(step: Step) -> str:
     return f"[{step.index}] {step.agent} ({step.kind.value}): {body.strip()}"
 
 
+SIGNATURE_CHARS = 1_500
+"""The most of a tool's description and parameters shown to the corrector."""
+
+
+def _signature(request: Mapping[str, Any] | None, name: Any) -> str:
+    """` (description; parameters: {...})` of the tool `name` as `request` offered it."""
+    for tool in (request or {}).get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or function.get("name") != name:
+            continue
+        described = " ".join(str(function.get("description") or "").split())
+        parameters = function.get("parameters") or {}
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        shown = json.dumps(properties or parameters, ensure_ascii=False)
+        text = f"{described}; parameters: {shown}" if described else f"parameters: {shown}"
+        return f" ({text[:SIGNATURE_CHARS]})"
+    return ""
+
+
+def _returned(trajectory: Trajectory, step: int) -> str:
+    """` It returned: ...` when the step after `step` is its tool's result."""
+    after = trajectory.steps[step + 1] if step + 1 < len(trajectory.steps) else None
+    if after is None or after.kind is not StepKind.TOOL:
+        return ""
+    result = " ".join((after.tool_result or after.content).split())
+    return f" It returned: {result[:SIGNATURE_CHARS]}" if result else ""
+
+
 @dataclass
 class Corrector:
     """A model that writes the corrected step (`complete(system, user) -> text`)."""
 
     complete: Callable[[str, str], str]
 
-    def prompt(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
+    def prompt(
+        self,
+        trajectory: Trajectory,
+        step: int,
+        reply: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> str:
         before = "\n".join(_render(s) for s in trajectory.steps[:step])[-CONTEXT_CHARS:]
         target = trajectory.steps[step]
         if trajectory.ground_truth:
@@ -156,10 +190,22 @@ class Corrector:
         calls = reply_tool_calls(reply)
         if calls:
             function = calls[0].get("function") or {}
+            name = function.get("name")
+            # A call is corrected from what the agent had when it made it (the tool's
+            # description and parameters, as the request offered them) and from what the
+            # call got back; the right answer is said again here, as for a message.
             shape = (
-                f"The step calls the tool {function.get('name')} with the arguments"
-                f" {function.get('arguments')}. Reply with the corrected arguments as one JSON"
-                " object only (or, if the agent should not call a tool here, with its message)."
+                f"The step calls the tool {name}{_signature(request, name)} with the"
+                f" arguments {function.get('arguments')}.{_returned(trajectory, step)}"
+            )
+            if trajectory.ground_truth:
+                shape += (
+                    " Give the arguments that get what the team needs from this call to reach"
+                    f" the right answer, {trajectory.ground_truth}."
+                )
+            shape += (
+                " Reply with the corrected arguments as one JSON object only (or, if the"
+                " agent should not call a tool here, with its message)."
             )
         else:
             # Offering the model the tools here ("or, if the agent should have called one
@@ -183,8 +229,14 @@ class Corrector:
             f"The step to correct:\n<<<\n{_render(target)}\n>>>\n\n{shape}"
         )
 
-    def __call__(self, trajectory: Trajectory, step: int, reply: Mapping[str, Any]) -> str:
-        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply)).strip()
+    def __call__(
+        self,
+        trajectory: Trajectory,
+        step: int,
+        reply: Mapping[str, Any],
+        request: Mapping[str, Any] | None = None,
+    ) -> str:
+        text = self.complete(_SYSTEM, self.prompt(trajectory, step, reply, request)).strip()
         if text.startswith("```"):
             text = text.split("\n", 1)[1] if "\n" in text else ""
             text = text.rsplit("```", 1)[0].strip()

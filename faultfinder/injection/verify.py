@@ -321,7 +321,7 @@ class Verification:
             if self.corrector is None:
                 return [{**base, "outcome": "error", "note": "no correction was given"}]
             try:
-                correction = self.corrector(trajectory, step, reply)
+                correction = self.corrector(trajectory, step, reply, exchange.request)
             except httpx.HTTPError as exc:
                 return [{**base, "outcome": "error", "note": f"the corrector failed: {exc!r}"}]
             if not correction:

@@ -240,8 +240,48 @@ def test_a_message_steps_correction_is_asked_with_the_right_answer_beside_the_re
     asked = corrector.prompt(known, 0, message)
     assert asked.rstrip().endswith("it must give the right answer: 740")
     assert "right answer" not in corrector.prompt(unknown, 0, message).split(">>>")[-1]
-    # A call's correction is its arguments: no answer is asked of it.
-    assert "740" not in corrector.prompt(known, 0, call).split(">>>")[-1]
+    # A call's correction is its arguments, chosen to get what the right answer needs.
+    asked_call = corrector.prompt(known, 0, call).split(">>>")[-1]
+    assert "to reach the right answer, 740." in asked_call
+    assert "right answer" not in corrector.prompt(unknown, 0, call).split(">>>")[-1]
+
+
+def test_a_call_is_corrected_knowing_the_tool_and_what_the_call_returned() -> None:
+    steps = (
+        Step(index=0, agent="researcher", kind=StepKind.LLM, content='city_facts({"city": "How"})'),
+        Step(
+            index=1,
+            agent="researcher",
+            kind=StepKind.TOOL,
+            content="No city named 'How'. Known cities: Varnholm, Dunmore Ridge.",
+            tool_name="city_facts",
+        ),
+    )
+    run = Trajectory(
+        run_id="r", task="How much higher is Dunmore Ridge than Varnholm?", steps=steps
+    )
+    call = _reply(name="city_facts", arguments={"city": "How"})
+    request = {
+        "messages": [],
+        "tools": [
+            {"type": "function", "function": {"name": "country_facts", "parameters": {}}},
+            {"type": "function", "function": {
+                "name": "city_facts",
+                "description": "Facts about one or more cities.",
+                "parameters": {"type": "object", "properties": {"city": {
+                    "type": "string", "description": "one name, or several separated by commas",
+                }}},
+            }},
+        ],
+    }  # fmt: skip
+    asked = Corrector(lambda system, user: "").prompt(run, 0, call, request).split(">>>")[-1]
+    assert "city_facts (Facts about one or more cities.; parameters:" in asked
+    assert "several separated by commas" in asked
+    assert "country_facts" not in asked
+    assert "It returned: No city named 'How'. Known cities: Varnholm, Dunmore Ridge." in asked
+    # Without the request (a user's own recording format), the call is still described.
+    bare = Corrector(lambda system, user: "").prompt(run, 0, call).split(">>>")[-1]
+    assert 'calls the tool city_facts with the arguments {"city": "How"}.' in bare
 
 
 @contextlib.contextmanager
