@@ -77,6 +77,37 @@ def test_an_immutable_wal_index_is_named(tmp_path: Path) -> None:
     assert found is not None and found[0] == str(shm)
 
 
+def _across_an_immutable_wal_index(
+    database: Path, script: str, holder: sqlite3.Connection, meanwhile: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `script` on `database` in a process of its own; once it prints "mapped", run
+    `meanwhile` on `holder` (another process's connection), turn the `-shm` immutable and
+    let the script go on (a line on its stdin). Run apart: SIGBUS kills the process."""
+    shm = Path(f"{database}-shm")
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout.readline().strip() == "mapped"
+    if meanwhile:
+        holder.execute(meanwhile)
+    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+        child.kill()
+        child.wait()
+        holder.close()
+        pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
+    try:
+        stdout, stderr = child.communicate("go\n", timeout=60)
+    finally:
+        subprocess.run(["chattr", "-i", str(shm)], check=True)
+        holder.close()
+    return subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+
+
 _CHECKPOINT = """
 import sqlite3, sys
 from faultfinder.server.store.write_thread import WalCheckpointer
@@ -91,30 +122,12 @@ print("alive", flush=True)
 
 def test_the_checkpointer_leaves_an_immutable_wal_index_alone(tmp_path: Path) -> None:
     # A checkpoint writes the `-shm` through the memory map its connection made while the
-    # file could be written: once immutable, the kernel answers that write with SIGBUS,
-    # which kills the process (run apart for that reason).
+    # file could be written: once immutable, the kernel answers that write with SIGBUS.
     database = tmp_path / "f.db"
     holder = _wal_database(database)
     holder.execute("INSERT INTO t VALUES (3)")
-    shm = Path(f"{database}-shm")
-    checkpointer = subprocess.Popen(
-        [sys.executable, "-c", _CHECKPOINT, str(database)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert checkpointer.stdout is not None and checkpointer.stdin is not None
-    assert checkpointer.stdout.readline().strip() == "mapped"
-    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
-        checkpointer.kill()
-        pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
-    try:
-        stdout, stderr = checkpointer.communicate("go\n", timeout=60)
-    finally:
-        subprocess.run(["chattr", "-i", str(shm)], check=True)
-        holder.close()
-    assert checkpointer.returncode == 0 and stdout.strip() == "alive", stderr[-2000:]
+    done = _across_an_immutable_wal_index(database, _CHECKPOINT, holder)
+    assert done.returncode == 0 and done.stdout.strip() == "alive", done.stderr[-2000:]
 
 
 _NEW_CONNECTION = """
@@ -150,25 +163,10 @@ def test_a_new_connection_is_refused_before_its_set_up_reads_an_immutable_wal_in
     # of the engine begins.
     database = tmp_path / "f.db"
     holder = _wal_database(database)
-    shm = Path(f"{database}-shm")
-    reader = subprocess.Popen(
-        [sys.executable, "-c", _NEW_CONNECTION, str(database)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # Another process's commit meanwhile: a new end of the log, so a new read mark.
+    done = _across_an_immutable_wal_index(
+        database, _NEW_CONNECTION, holder, meanwhile="INSERT INTO t VALUES (4)"
     )
-    assert reader.stdout is not None and reader.stdin is not None
-    assert reader.stdout.readline().strip() == "mapped"
-    holder.execute("INSERT INTO t VALUES (4)")  # a new end of the WAL: a new read mark
-    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
-        reader.kill()
-        pytest.skip("chattr +i is not permitted here (needs root and CAP_LINUX_IMMUTABLE)")
-    try:
-        stdout, stderr = reader.communicate("go\n", timeout=60)
-    finally:
-        subprocess.run(["chattr", "-i", str(shm)], check=True)
-        holder.close()
-    assert reader.returncode == 0, (reader.returncode, stderr[-2000:])
-    assert "refused: attempt to write a readonly database (f.db-shm" in stdout
-    assert stdout.strip().endswith("alive")
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "refused: attempt to write a readonly database (f.db-shm" in done.stdout
+    assert done.stdout.strip().endswith("alive")
