@@ -122,8 +122,6 @@ class WalCheckpointer:
 
     def _checkpoint(self, connection: sqlite3.Connection) -> None:
         try:
-            # fetchall, not fetchone: a statement left unfinished keeps a read snapshot
-            # open, and the log cannot start over while anyone reads it.
             with self.lock:
                 # A checkpoint writes the `-shm` too, and this connection is no engine's:
                 # the same check as every transaction's (`db/sqlite_files.py`), or SIGBUS.
@@ -135,6 +133,8 @@ class WalCheckpointer:
                         "checkpoint of %s deferred: %s refuses writes", self._path, refused[0]
                     )
                     return
+                # fetchall, not fetchone: a statement left unfinished keeps a read
+                # snapshot open, and the log cannot start over while anyone reads it.
                 ((_busy, pages, _copied),) = connection.execute(
                     "PRAGMA wal_checkpoint(PASSIVE)"
                 ).fetchall()
